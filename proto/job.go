@@ -1,0 +1,109 @@
+package proto
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// SchemaVersion is the version of Job and Status that this code writes.
+// Readers accept any version up to their own and ignore unknown fields.
+const SchemaVersion = 1
+
+// Kind is what an agent is asked to do.
+type Kind string
+
+// The kinds of job.
+const (
+	KindImplement Kind = "implement"
+	KindReview    Kind = "review"
+	KindFix       Kind = "fix"
+	KindRespond   Kind = "respond"
+)
+
+// Valid reports whether k is one of the known kinds.
+func (k Kind) Valid() bool {
+	switch k {
+	case KindImplement, KindReview, KindFix, KindRespond:
+		return true
+	}
+	return false
+}
+
+// Job is one unit of work for an agent, the body of a message on
+// JobSubject(Project, Kind).
+type Job struct {
+	Schema    int       `json:"schema"`
+	ID        string    `json:"id"`
+	Kind      Kind      `json:"kind"`
+	Project   string    `json:"project"`
+	Task      Task      `json:"task"`
+	Source    Source    `json:"source"`
+	CreatedAt time.Time `json:"created_at"`
+	// Trigger is the text that caused the job where there is one: the
+	// comment, the review body, the failed workflow's name.
+	Trigger string `json:"trigger,omitempty"`
+	// RetryOf names the dead-lettered job this one re-runs.
+	RetryOf string `json:"retry_of,omitempty"`
+}
+
+// Task is what the job is about: a work item or a pull request.
+type Task struct {
+	// ID is token-safe (see Token) and names the worktree and the branch
+	// agent/<ID>.
+	ID     string `json:"id"`
+	Title  string `json:"title,omitempty"`
+	Body   string `json:"body,omitempty"`
+	URL    string `json:"url,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	PR     int    `json:"pr,omitempty"`
+}
+
+// Source says which event made the job.
+type Source struct {
+	// System is "gitea", "plane", "api" or "runner" (pipeline advance).
+	System   string `json:"system"`
+	Event    string `json:"event,omitempty"`
+	Delivery string `json:"delivery,omitempty"`
+	Actor    string `json:"actor,omitempty"`
+}
+
+// JobID derives a job id from a dedupe key built from an event's content,
+// so the same event delivered twice names the same job.
+func JobID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:12])
+}
+
+// Validate reports what makes j unusable by a runner.
+func (j *Job) Validate() error {
+	switch {
+	case j.ID == "":
+		return fmt.Errorf("job has no id")
+	case j.Schema > SchemaVersion:
+		// A newer writer may rely on fields this reader ignores; still
+		// run it, the rule is that new fields are additive.
+		return nil
+	case !j.Kind.Valid():
+		return fmt.Errorf("job %s: unknown kind %q", j.ID, j.Kind)
+	case j.Project == "" || Token(j.Project) != j.Project:
+		return fmt.Errorf("job %s: bad project %q", j.ID, j.Project)
+	case j.Task.ID == "" || Token(j.Task.ID) != j.Task.ID:
+		return fmt.Errorf("job %s: bad task id %q", j.ID, j.Task.ID)
+	}
+	return nil
+}
+
+// DecodeJob parses a job message and validates it.
+func DecodeJob(data []byte) (*Job, error) {
+	var j Job
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("decoding job: %w", err)
+	}
+	if err := j.Validate(); err != nil {
+		return &j, err
+	}
+	return &j, nil
+}

@@ -1,0 +1,67 @@
+// Package natstest gives tests a real JetStream server on a random port
+// with a temporary store, and a polling helper instead of sleeps.
+package natstest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/embedded"
+)
+
+// Server starts an embedded JetStream server for the test and shuts it
+// down when the test ends.
+func Server(t testing.TB) *embedded.Server {
+	t.Helper()
+	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// Connect connects a client to s, ensures orch's topology and returns the
+// JetStream handle and the status bucket. The connection closes with the
+// test.
+func Connect(t testing.TB, s *embedded.Server) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	nc, err := nats.Connect(s.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := proto.Topology{}.Ensure(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, kv
+}
+
+// CheckFor calls f every interval until it returns nil, and fails the test
+// with f's last error when timeout passes first.
+func CheckFor(t testing.TB, timeout, interval time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}

@@ -1,0 +1,196 @@
+// Package registry reads projects.yaml, the list of projects orch serves.
+// The gateway and the runner both load it; events of any other project are
+// ignored.
+package registry
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Defaults of a project's optional keys.
+const (
+	LabelDefault   = "agent"
+	MentionDefault = "@agent"
+	BranchDefault  = "main"
+)
+
+// Project is one entry of projects.yaml.
+type Project struct {
+	// Key names the project in subjects and paths: [a-z0-9_-]+.
+	Key string `yaml:"key"`
+	// GiteaRepo is repository.full_name in Gitea payloads, e.g. "acme/api".
+	GiteaRepo string `yaml:"gitea_repo"`
+	// PlaneProject is the Plane project id (a UUID).
+	PlaneProject string `yaml:"plane_project"`
+	// CloneURL is what the runner clones: a URL or a local path.
+	CloneURL string `yaml:"clone_url"`
+	// DefaultBranch is where new task branches start. Default "main".
+	DefaultBranch string `yaml:"default_branch"`
+	// Label is the trigger label. Default "agent".
+	Label string `yaml:"label"`
+	// Mention is the trigger mention. Default "@agent".
+	Mention string `yaml:"mention"`
+	// AgentUser is the agent's Gitea login; its comments never trigger.
+	AgentUser string `yaml:"agent_user"`
+	// PlaneAgentMember is the agent's Plane member id; assigning it
+	// triggers an implement job.
+	PlaneAgentMember string `yaml:"plane_agent_member"`
+	// TrustedActors are Gitea logins, Plane member emails or ids whose
+	// labels and mentions trigger jobs.
+	TrustedActors []string `yaml:"trusted_actors"`
+	// AgentCommand overrides ORCH_AGENT_COMMAND for this project.
+	AgentCommand []string `yaml:"agent_command"`
+	// AgentTimeout overrides ORCH_AGENT_TIMEOUT for this project.
+	AgentTimeout time.Duration `yaml:"agent_timeout"`
+	// Pipeline maps a kind to the kind queued when it succeeds.
+	Pipeline map[string]string `yaml:"pipeline"`
+	// Templates overrides the task template of a kind: a file path,
+	// relative to the registry file.
+	Templates map[string]string `yaml:"templates"`
+}
+
+// Trusts reports whether actor (a login, email or member id) is trusted.
+func (p *Project) Trusts(actor ...string) bool {
+	for _, a := range actor {
+		if a != "" && slices.Contains(p.TrustedActors, a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Registry is the set of projects, looked up by key, Gitea repository or
+// Plane project id.
+type Registry struct {
+	// Path is the file it was read from.
+	Path     string
+	projects []*Project
+	byKey    map[string]*Project
+	byRepo   map[string]*Project
+	byPlane  map[string]*Project
+}
+
+var keyPattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// Load reads and checks the registry file at path. Its errors name the
+// file and the line.
+func Load(path string) (*Registry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading registry: %w", err)
+	}
+	r, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	r.Path = path
+	return r, nil
+}
+
+// Parse reads a registry from YAML. Unknown keys are errors, so a typo does
+// not silently disable a project.
+func Parse(data []byte) (*Registry, error) {
+	// Decode twice: strictly into Projects, so unknown keys fail with
+	// their line, and into nodes, so checks below can name the line too.
+	var doc struct {
+		Projects []*Project `yaml:"projects"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	var nodes struct {
+		Projects []yaml.Node `yaml:"projects"`
+	}
+	if err := yaml.Unmarshal(data, &nodes); err != nil {
+		return nil, err
+	}
+	r := &Registry{
+		byKey:   map[string]*Project{},
+		byRepo:  map[string]*Project{},
+		byPlane: map[string]*Project{},
+	}
+	for i, p := range doc.Projects {
+		line := nodes.Projects[i].Line
+		if p == nil {
+			return nil, fmt.Errorf("line %d: empty project", line)
+		}
+		if err := r.add(p); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+	}
+	return r, nil
+}
+
+func (r *Registry) add(p *Project) error {
+	if !keyPattern.MatchString(p.Key) {
+		return fmt.Errorf("project key %q: want 1 to 64 of [a-z0-9_-]", p.Key)
+	}
+	if _, dup := r.byKey[p.Key]; dup {
+		return fmt.Errorf("project key %q appears twice", p.Key)
+	}
+	if p.GiteaRepo == "" && p.PlaneProject == "" {
+		return fmt.Errorf("project %q: needs gitea_repo or plane_project", p.Key)
+	}
+	for kind, next := range p.Pipeline {
+		if !validKind(kind) || !validKind(next) {
+			return fmt.Errorf("project %q: pipeline %s: %s names an unknown kind", p.Key, kind, next)
+		}
+	}
+	if p.DefaultBranch == "" {
+		p.DefaultBranch = BranchDefault
+	}
+	if p.Label == "" {
+		p.Label = LabelDefault
+	}
+	if p.Mention == "" {
+		p.Mention = MentionDefault
+	}
+	if p.GiteaRepo != "" {
+		if other, dup := r.byRepo[p.GiteaRepo]; dup {
+			return fmt.Errorf("project %q: gitea_repo %q is already project %q", p.Key, p.GiteaRepo, other.Key)
+		}
+		r.byRepo[p.GiteaRepo] = p
+	}
+	if p.PlaneProject != "" {
+		if other, dup := r.byPlane[p.PlaneProject]; dup {
+			return fmt.Errorf("project %q: plane_project %q is already project %q", p.Key, p.PlaneProject, other.Key)
+		}
+		r.byPlane[p.PlaneProject] = p
+	}
+	r.byKey[p.Key] = p
+	r.projects = append(r.projects, p)
+	return nil
+}
+
+// validKind mirrors proto.Kind.Valid without importing proto, which keeps
+// this package free of NATS.
+func validKind(k string) bool {
+	switch k {
+	case "implement", "review", "fix", "respond":
+		return true
+	}
+	return false
+}
+
+// Projects returns every project in file order.
+func (r *Registry) Projects() []*Project { return r.projects }
+
+// ByKey returns the project with key k.
+func (r *Registry) ByKey(k string) (*Project, bool) { p, ok := r.byKey[k]; return p, ok }
+
+// ByGiteaRepo returns the project serving a Gitea repository full name.
+func (r *Registry) ByGiteaRepo(repo string) (*Project, bool) { p, ok := r.byRepo[repo]; return p, ok }
+
+// ByPlaneProject returns the project serving a Plane project id.
+func (r *Registry) ByPlaneProject(id string) (*Project, bool) { p, ok := r.byPlane[id]; return p, ok }

@@ -1,0 +1,65 @@
+package proto
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// State is where a job is in its life.
+type State string
+
+// The states of a job. Done, Failed and Cancelled are terminal.
+const (
+	StateQueued    State = "queued"
+	StateRunning   State = "running"
+	StateRetrying  State = "retrying"
+	StateDone      State = "done"
+	StateFailed    State = "failed"
+	StateCancelled State = "cancelled"
+)
+
+// States lists every state, in the order of a job's life.
+var States = []State{StateQueued, StateRunning, StateRetrying, StateDone, StateFailed, StateCancelled}
+
+// Terminal reports whether no further work happens in state s.
+func (s State) Terminal() bool {
+	return s == StateDone || s == StateFailed || s == StateCancelled
+}
+
+// Status is a job's status record, the value under the job id in the KV
+// bucket BucketJobs. It carries the job itself, so that a job removed from
+// StreamJobs (acked, or terminated) can still be shown and alerted on.
+type Status struct {
+	Schema      int       `json:"schema"`
+	Job         Job       `json:"job"`
+	State       State     `json:"state"`
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"max_attempts"`
+	Runner      string    `json:"runner,omitempty"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
+	FinishedAt  time.Time `json:"finished_at,omitzero"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	ExitCode    *int      `json:"exit_code,omitempty"`
+	Error       string    `json:"error,omitempty"`
+	// Log is the path of the attempt's agent log on the runner's host.
+	Log string `json:"log,omitempty"`
+	// CostUSD and Turns are what the agent reported, where it did.
+	CostUSD float64 `json:"cost_usd,omitempty"`
+	Turns   int     `json:"turns,omitempty"`
+	// SessionID is the agent's own session id, where it reported one.
+	SessionID string `json:"session_id,omitempty"`
+	// Alerted is set by the notifier once a person was told of the failure.
+	Alerted bool `json:"alerted,omitempty"`
+	// DLQSeq is the job's sequence in StreamDLQ once it is dead-lettered.
+	DLQSeq uint64 `json:"dlq_seq,omitempty"`
+}
+
+// DecodeStatus parses a status record.
+func DecodeStatus(data []byte) (*Status, error) {
+	var s Status
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("decoding status: %w", err)
+	}
+	return &s, nil
+}

@@ -1,0 +1,133 @@
+package proto
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Topology defaults.
+const (
+	// DuplicateWindowDefault is how long JetStream remembers a Nats-Msg-Id.
+	DuplicateWindowDefault = 10 * time.Minute
+	// StatusTTLDefault is how long a status record stays in KV jobs, and so
+	// how long a repeated event is still recognised as a duplicate.
+	StatusTTLDefault = 7 * 24 * time.Hour
+	// AdvisoryMaxAgeDefault bounds how long an unhandled advisory is kept.
+	AdvisoryMaxAgeDefault = 7 * 24 * time.Hour
+	// DLQMaxAgeDefault bounds how long a dead-lettered job is kept.
+	DLQMaxAgeDefault = 30 * 24 * time.Hour
+)
+
+// Topology is the shape of orch's streams and bucket. Every service calls
+// Ensure with the same values at start; CreateOrUpdate makes that safe.
+type Topology struct {
+	// Replicas of every stream and the bucket; 1 on a single server, 3 on
+	// a three-node cluster. Zero means 1.
+	Replicas int
+	// DuplicateWindow of StreamJobs. Zero means DuplicateWindowDefault.
+	DuplicateWindow time.Duration
+	// StatusTTL of BucketJobs. Zero means StatusTTLDefault.
+	StatusTTL time.Duration
+}
+
+// JobsStream is the configuration of StreamJobs.
+func (t Topology) JobsStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamJobs,
+		Description: "orch jobs waiting for or held by a runner",
+		Subjects:    []string{SubjectJobsAll},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+		Duplicates:  cmp.Or(t.DuplicateWindow, DuplicateWindowDefault),
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// AdvisoriesStream is the configuration of StreamAdvisories.
+func (t Topology) AdvisoriesStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamAdvisories,
+		Description: "JetStream advisories of jobs that failed for good",
+		Subjects:    []string{SubjectAdvisoryMaxDeliveries, SubjectAdvisoryTerminated},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+		MaxAge:      AdvisoryMaxAgeDefault,
+	}
+}
+
+// DLQStream is the configuration of StreamDLQ.
+func (t Topology) DLQStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamDLQ,
+		Description: "orch jobs that failed for good, for inspection and re-run",
+		Subjects:    []string{SubjectDLQAll},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+		MaxAge:      DLQMaxAgeDefault,
+		Duplicates:  cmp.Or(t.DuplicateWindow, DuplicateWindowDefault),
+	}
+}
+
+// JobsBucket is the configuration of BucketJobs.
+func (t Topology) JobsBucket() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      BucketJobs,
+		Description: "orch job status records, keyed by job id",
+		History:     1,
+		TTL:         cmp.Or(t.StatusTTL, StatusTTLDefault),
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+	}
+}
+
+// Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ and
+// BucketJobs. It is idempotent and returns the status bucket.
+func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream()} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("ensuring stream %s: %w", cfg.Name, err)
+		}
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, t.JobsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("ensuring bucket %s: %w", BucketJobs, err)
+	}
+	return kv, nil
+}
+
+// RunnerConsumer is the configuration of ConsumerRunner. maxConcurrency is
+// MaxAckPending: how many jobs are held at once across every runner.
+// maxAttempts is MaxDeliver. ackWait is how long a held job may go without
+// an ack or InProgress before JetStream hands it to another runner.
+func RunnerConsumer(maxConcurrency, maxAttempts int, ackWait time.Duration) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerRunner,
+		Description:   "orch runners; MaxAckPending is the global agent limit",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: SubjectJobsAll,
+		MaxAckPending: maxConcurrency,
+		MaxDeliver:    maxAttempts,
+		AckWait:       ackWait,
+	}
+}
+
+// NotifierConsumer is the configuration of ConsumerNotifier.
+func NotifierConsumer(maxDeliver int, ackWait time.Duration) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerNotifier,
+		Description:   "orch notifiers: one alert per terminal failure",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxAckPending: 1,
+		MaxDeliver:    maxDeliver,
+		AckWait:       ackWait,
+	}
+}

@@ -1,0 +1,145 @@
+package api
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto"
+)
+
+// Index is an in-memory view of the status bucket, kept current by a KV
+// watch, so that GET /queue costs the same at any queue depth: counts are
+// kept per state as records change, and the recent list is the front of a
+// list ordered by last change.
+type Index struct {
+	mu     sync.RWMutex
+	byID   map[string]*list.Element
+	recent *list.List // of *Recent, most recently changed first
+	counts map[proto.State]int
+	synced bool
+}
+
+// Recent is one line of GET /queue's recent list.
+type Recent struct {
+	ID        string      `json:"id"`
+	Kind      proto.Kind  `json:"kind"`
+	Project   string      `json:"project"`
+	Task      string      `json:"task"`
+	State     proto.State `json:"state"`
+	Attempt   int         `json:"attempt"`
+	UpdatedAt time.Time   `json:"updated_at"`
+}
+
+// NewIndex returns an empty index.
+func NewIndex() *Index {
+	return &Index{byID: map[string]*list.Element{}, recent: list.New(), counts: map[proto.State]int{}}
+}
+
+// Watch follows the bucket until ctx ends, restarting the watch when it
+// breaks (a NATS outage, say).
+func (ix *Index) Watch(ctx context.Context, kv jetstream.KeyValue, log *zap.Logger) {
+	for ctx.Err() == nil {
+		if err := ix.watchOnce(ctx, kv, log); err != nil && ctx.Err() == nil {
+			log.Warn("watching job status, will retry", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+func (ix *Index) watchOnce(ctx context.Context, kv jetstream.KeyValue, log *zap.Logger) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e == nil { // the initial values have been delivered
+				ix.mu.Lock()
+				ix.synced = true
+				ix.mu.Unlock()
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				ix.remove(e.Key())
+				continue
+			}
+			st, err := proto.DecodeStatus(e.Value())
+			if err != nil {
+				log.Warn("undecodable status record", zap.String("job", e.Key()), zap.Error(err))
+				continue
+			}
+			ix.Put(st)
+		}
+	}
+}
+
+// Put records st as the job's current state.
+func (ix *Index) Put(st *proto.Status) {
+	r := &Recent{
+		ID: st.Job.ID, Kind: st.Job.Kind, Project: st.Job.Project, Task: st.Job.Task.ID,
+		State: st.State, Attempt: st.Attempt, UpdatedAt: st.UpdatedAt,
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if el, ok := ix.byID[r.ID]; ok {
+		old := el.Value.(*Recent)
+		ix.counts[old.State]--
+		ix.recent.Remove(el)
+	}
+	ix.counts[r.State]++
+	ix.byID[r.ID] = ix.recent.PushFront(r)
+}
+
+func (ix *Index) remove(id string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if el, ok := ix.byID[id]; ok {
+		ix.counts[el.Value.(*Recent).State]--
+		ix.recent.Remove(el)
+		delete(ix.byID, id)
+	}
+}
+
+// Counts returns the number of jobs in each state, every state present.
+func (ix *Index) Counts() map[proto.State]int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make(map[proto.State]int, len(proto.States))
+	for _, s := range proto.States {
+		out[s] = ix.counts[s]
+	}
+	return out
+}
+
+// Recent returns up to limit jobs, most recently changed first.
+func (ix *Index) Recent(limit int) []Recent {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]Recent, 0, min(limit, ix.recent.Len()))
+	for el := ix.recent.Front(); el != nil && len(out) < limit; el = el.Next() {
+		out = append(out, *el.Value.(*Recent))
+	}
+	return out
+}
+
+// Synced reports whether the index has read the whole bucket once.
+func (ix *Index) Synced() bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.synced
+}

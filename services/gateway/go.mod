@@ -1,0 +1,23 @@
+module github.com/orch-dev/orch/services/gateway
+
+go 1.26.8
+
+require (
+	github.com/nats-io/nats.go v1.55.0
+	github.com/orch-dev/orch/proto v0.0.0
+	go.uber.org/zap v1.28.0
+)
+
+require (
+	github.com/caarlos0/env/v11 v11.4.2 // indirect
+	github.com/gorilla/mux v1.8.1
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+replace github.com/orch-dev/orch/proto => ../../proto

@@ -1,0 +1,21 @@
+// Command runner pulls jobs from JetStream and runs an agent for each.
+package main
+
+import (
+	"context"
+
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/services/runner"
+)
+
+func main() {
+	var cfg runner.Config
+	if err := service.FromEnv(&cfg); err != nil {
+		service.Fatal(err)
+	}
+	log, err := service.NewLogger(cfg.Common, "runner")
+	if err != nil {
+		service.Fatal(err)
+	}
+	service.Main(log, func(ctx context.Context) error { return runner.Run(ctx, cfg, log) })
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/services/gateway"
+	"github.com/orch-dev/orch/services/gateway/webhook"
+	"github.com/orch-dev/orch/services/notifier"
+	"github.com/orch-dev/orch/services/runner"
+)
+
+const giteaSecret = "fixture-secret"
+
+// fakeTelegram records the messages a bot would have sent.
+type fakeTelegram struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (f *fakeTelegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Text string `json:"text"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	f.mu.Lock()
+	f.msgs = append(f.msgs, body.Text)
+	f.mu.Unlock()
+	_, _ = io.WriteString(w, `{"ok":true,"result":{"message_id":1}}`)
+}
+
+func (f *fakeTelegram) messages() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.msgs...)
+}
+
+type system struct {
+	url      string // the gateway
+	runsDir  string
+	telegram *fakeTelegram
+}
+
+// startSystem runs an embedded JetStream server and the three services in
+// this process, with a script agent that fails every attempt of task pr-43
+// and records each run in runsDir.
+func startSystem(t *testing.T) *system {
+	dir := t.TempDir()
+	srv := natstest.Server(t)
+	sys := &system{runsDir: filepath.Join(dir, "runs"), telegram: &fakeTelegram{}}
+	if err := os.MkdirAll(sys.runsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agentScript := filepath.Join(dir, "agent.sh")
+	script := fmt.Sprintf(`#!/bin/sh
+echo "run $ORCH_ATTEMPT of $ORCH_JOB_ID" >> %q/"$ORCH_JOB_ID"
+test -f "$ORCH_TASK_FILE" || exit 9
+case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; esac
+`, sys.runsDir)
+	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	projects := filepath.Join(dir, "projects.yaml")
+	if err := os.WriteFile(projects, []byte("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tg := httptest.NewServer(sys.telegram)
+	t.Cleanup(tg.Close)
+
+	common := service.Common{NATSURL: srv.URL(), DataDir: dir}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys.url = "http://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	log := zaptest.NewLogger(t)
+	runs := []func() error{
+		func() error {
+			return gateway.Run(ctx, gateway.Config{Common: common, ProjectsFile: projects, GiteaSecret: giteaSecret,
+				PlaneSecret: "p", Listener: ln}, log.Named("gateway"))
+		},
+		func() error {
+			return runner.Run(ctx, runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
+				RetryDelay: 50 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 2 * time.Second,
+				ShutdownGrace: time.Second}, log.Named("runner"))
+		},
+		func() error {
+			return notifier.Run(ctx, notifier.Config{Common: common, TelegramBotToken: "123:abc", TelegramChatID: "42",
+				TelegramAPIURL: tg.URL, RetryDelay: 100 * time.Millisecond}, log.Named("notifier"))
+		},
+	}
+	for _, run := range runs {
+		wg.Go(func() {
+			if err := run(); err != nil {
+				t.Errorf("service: %v", err)
+			}
+		})
+	}
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := http.Get(sys.url + "/healthz")
+		return err
+	})
+	return sys
+}
+
+// postPR sends the pull request fixture, changed by edit, signed.
+func (s *system) postPR(t *testing.T, edit func(map[string]any)) (*http.Response, []byte) {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/pull_request__opened.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal(raw, &payload); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(payload)
+		raw, _ = json.Marshal(payload)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/webhooks/gitea", strings.NewReader(string(raw)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Gitea-Event-Type", "pull_request")
+	req.Header.Set("X-Gitea-Signature", webhook.Sign(giteaSecret, raw))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+type queueAnswer struct {
+	Counts map[string]int `json:"counts"`
+	Stream struct {
+		Messages uint64 `json:"messages"`
+	} `json:"stream"`
+	Recent []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	} `json:"recent"`
+}
+
+func (s *system) waitState(t *testing.T, id string, want proto.State) {
+	t.Helper()
+	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		var q queueAnswer
+		getJSON(t, s.url+"/queue", &q)
+		for _, r := range q.Recent {
+			if r.ID == id && r.State == string(want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("job %s not %s in /queue: %+v", id, want, q.Recent)
+	})
+}
+
+func (s *system) runs(t *testing.T, id string) int {
+	data, err := os.ReadFile(filepath.Join(s.runsDir, id))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), "\n")
+}
+
+// queuePR posts the pull request fixture and returns the id of the one job
+// the answer names.
+func (s *system) queuePR(t *testing.T, edit func(map[string]any)) string {
+	t.Helper()
+	resp, body := s.postPR(t, edit)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("webhook answered %d %s, want 202", resp.StatusCode, body)
+	}
+	var ans struct {
+		Jobs []struct{ ID, Kind, Project, Task string } `json:"jobs"`
+	}
+	if err := json.Unmarshal(body, &ans); err != nil || len(ans.Jobs) != 1 {
+		t.Fatalf("webhook answer %s: want one job", body)
+	}
+	return ans.Jobs[0].ID
+}
+
+func TestEndToEnd(t *testing.T) {
+	sys := startSystem(t)
+
+	t.Run("a succeeding job ends done", func(t *testing.T) {
+		id := sys.queuePR(t, nil)
+		sys.waitState(t, id, proto.StateDone)
+		if n := sys.runs(t, id); n != 1 {
+			t.Errorf("agent ran %d times, want 1", n)
+		}
+		var ans struct {
+			Job    proto.Job    `json:"job"`
+			Status proto.Status `json:"status"`
+		}
+		if code := getJSON(t, sys.url+"/jobs/"+id, &ans); code != http.StatusOK {
+			t.Fatalf("GET /jobs/%s: %d", id, code)
+		}
+		if ans.Job.Kind != proto.KindReview || ans.Job.Task.ID != "pr-42" || ans.Status.State != proto.StateDone || ans.Status.Attempt != 1 {
+			t.Errorf("GET /jobs/%s = %+v", id, ans)
+		}
+		// The same delivery again names the same job and runs nothing.
+		if again := sys.queuePR(t, nil); again != id {
+			t.Errorf("repeated event queued job %s, want %s", again, id)
+		}
+	})
+
+	t.Run("a job that always fails is alerted once and dead-lettered", func(t *testing.T) {
+		id := sys.queuePR(t, func(p map[string]any) {
+			p["number"] = 43
+			pr := p["pull_request"].(map[string]any)
+			pr["number"] = 43
+			pr["title"] = "Breaks <everything> & more"
+		})
+		sys.waitState(t, id, proto.StateFailed)
+		natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			var q queueAnswer
+			getJSON(t, sys.url+"/queue", &q)
+			if q.Stream.Messages != 0 {
+				return fmt.Errorf("JOBS holds %d messages, want 0", q.Stream.Messages)
+			}
+			if len(sys.telegram.messages()) != 1 {
+				return fmt.Errorf("%d telegram messages, want 1", len(sys.telegram.messages()))
+			}
+			return nil
+		})
+		if n := sys.runs(t, id); n != 3 {
+			t.Errorf("agent ran %d times, want ORCH_MAX_ATTEMPTS = 3", n)
+		}
+		msg := sys.telegram.messages()[0]
+		for _, want := range []string{"Breaks &lt;everything&gt; &amp; more", id, "Attempts: 3", "Exit code: 3", "&lt;expected&gt;"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("alert lacks %q:\n%s", want, msg)
+			}
+		}
+		// Nothing more arrives later.
+		time.Sleep(500 * time.Millisecond)
+		if n := len(sys.telegram.messages()); n != 1 {
+			t.Errorf("%d telegram messages, want exactly 1", n)
+		}
+		var ans struct {
+			Status proto.Status `json:"status"`
+		}
+		getJSON(t, sys.url+"/jobs/"+id, &ans)
+		if ans.Status.DLQSeq == 0 || !ans.Status.Alerted {
+			t.Errorf("status after failure = %+v, want dead-lettered and alerted", ans.Status)
+		}
+	})
+}

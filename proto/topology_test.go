@@ -1,0 +1,93 @@
+package proto_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/natstest"
+)
+
+func TestEnsureIsIdempotent(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, _ := natstest.Connect(t, srv)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := (proto.Topology{}).Ensure(ctx, js); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{proto.StreamJobs, proto.StreamAdvisories, proto.StreamDLQ, "KV_" + proto.BucketJobs} {
+		if _, err := js.Stream(ctx, name); err != nil {
+			t.Errorf("stream %s: %v", name, err)
+		}
+	}
+	s, _ := js.Stream(ctx, proto.StreamJobs)
+	info, _ := s.Info(ctx)
+	if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Duplicates != proto.DuplicateWindowDefault {
+		t.Errorf("JOBS config = %+v", info.Config)
+	}
+}
+
+// The advisories JetStream publishes for JOBS land in JOBS_ADVISORIES, so
+// none is lost while no notifier listens.
+func TestAdvisoriesAreCaptured(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, _ := natstest.Connect(t, srv)
+	ctx := context.Background()
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(1, 1, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, kind := range []proto.Kind{proto.KindReview, proto.KindFix} {
+		job := proto.Job{Schema: 1, ID: proto.JobID(string(kind)), Kind: kind, Project: "p", Task: proto.Task{ID: "t"}}
+		data, _ := json.Marshal(job)
+		if _, err := js.Publish(ctx, proto.JobSubject("p", kind), data); err != nil {
+			t.Fatal(err)
+		}
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			_ = msg.TermWithReason(proto.TermReason(job.ID, "cannot run"))
+		} else {
+			_ = msg.Nak() // MaxDeliver 1: the next pull sees it exhausted
+			_, _ = cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+		}
+	}
+	adv, err := js.Stream(ctx, proto.StreamAdvisories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		info, err := adv.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 2 {
+			return errors.New("advisories not captured yet")
+		}
+		return nil
+	})
+	for seq, want := range map[uint64]string{1: proto.AdvisoryTerminated, 2: proto.AdvisoryMaxDeliveries} {
+		raw, err := adv.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := proto.DecodeAdvisory(raw.Data)
+		if err != nil || a.Type != want {
+			t.Errorf("advisory %d = %+v, %v; want type %s", seq, a, err, want)
+		}
+		if a.Type == proto.AdvisoryTerminated {
+			if id, cause := proto.ParseTermReason(a.Reason); id != proto.JobID("review") || cause != "cannot run" {
+				t.Errorf("term reason %q parsed as %q, %q", a.Reason, id, cause)
+			}
+		}
+	}
+}

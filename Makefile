@@ -1,6 +1,6 @@
 # orch: the three services and the local all-in-one.
 # Every module is listed once here; go.work ties them together.
-MODULES  := proto services/gateway services/runner services/notifier deployments/local
+MODULES  := proto services/gateway services/runner services/notifier deployments/local deployments/check bench
 SERVICES := gateway runner notifier
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN      := bin
@@ -13,7 +13,7 @@ export ORCH_AGENT_COMMAND  ?= sh $(CURDIR)/deployments/local/agent.sh
 export ORCH_LOG_FORMAT     ?= console
 export ORCH_RETRY_DELAY    ?= 5s
 
-.PHONY: all build run test lint bench fuzz soak clean tidy
+.PHONY: all build run test test-unit fuzz-short lint bench fuzz soak clean tidy
 
 all: lint test
 
@@ -30,12 +30,39 @@ run:
 	cd deployments/local && go build -o ../../$(BIN)/orch-local .
 	./$(BIN)/orch-local
 
-## test: every module's tests, race detector on.
-test:
+## test: every module's tests, race detector on, then each fuzz target briefly.
+test: test-unit fuzz-short
+
+test-unit:
 	@set -e; for m in $(MODULES); do \
 		echo "== go test $$m"; \
-		(cd $$m && go test -race -count=1 -timeout 15m ./...); \
+		(cd $$m && go test -race -count=1 -timeout 20m ./...); \
 	done
+
+# Fuzz targets as module-dir:package-dir:FuzzName, one per line of +=.
+FUZZ_TARGETS :=
+# --- gateway fuzz targets (issue 3) ---
+# --- end gateway fuzz targets ---
+FUZZ_SHORT ?= 5s
+FUZZ_LONG  ?= 60s
+
+fuzz-short:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		m=$${t%%:*}; rest=$${t#*:}; p=$${rest%%:*}; f=$${rest#*:}; \
+		echo "== fuzz $$m/$$p $$f ($(FUZZ_SHORT))"; \
+		(cd $$m && go test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZ_SHORT) ./$$p); \
+	done
+
+## fuzz: each fuzz target for FUZZ_LONG.
+fuzz:
+	@$(MAKE) --no-print-directory fuzz-short FUZZ_SHORT=$(FUZZ_LONG)
+
+# --- bench and soak (issue 7) ---
+bench:
+	@echo "make bench: not written yet"
+soak:
+	@echo "make soak: not written yet"
+# --- end bench and soak ---
 
 lint:
 	@set -e; for m in $(MODULES); do \

@@ -21,12 +21,15 @@ const (
 	KindReview    Kind = "review"
 	KindFix       Kind = "fix"
 	KindRespond   Kind = "respond"
+	// KindCleanup runs no agent: the runner removes the task's worktree
+	// (queued by the gateway when the task's pull request closes).
+	KindCleanup Kind = "cleanup"
 )
 
 // Valid reports whether k is one of the known kinds.
 func (k Kind) Valid() bool {
 	switch k {
-	case KindImplement, KindReview, KindFix, KindRespond:
+	case KindImplement, KindReview, KindFix, KindRespond, KindCleanup:
 		return true
 	}
 	return false

@@ -116,3 +116,33 @@ func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
+
+// ErrTerminal is returned by Cancel for a job that has already ended.
+var ErrTerminal = errors.New("job has already ended")
+
+// Cancel marks job id cancelled, unless it has ended. This is the whole
+// cancel protocol: a runner skips a job whose record says cancelled when it
+// pulls it, and a runner running it watches its record and stops the agent
+// when it turns cancelled, then terminates the message with reason
+// proto.ReasonCancelled (so the notifier stays quiet).
+func (s *Store) Cancel(ctx context.Context, id string) (*proto.Status, error) {
+	cur, _, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var ended bool
+	st, err := s.Update(ctx, &cur.Job, func(st *proto.Status) bool {
+		if ended = st.State.Terminal(); ended {
+			return false
+		}
+		st.State, st.Error = proto.StateCancelled, "cancelled"
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ended {
+		return st, ErrTerminal
+	}
+	return st, nil
+}

@@ -8,7 +8,11 @@ import (
 	"github.com/orch-dev/orch/services/gateway"
 )
 
+// version is stamped at build time: -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
+	service.HandleVersion("gateway", version)
 	var cfg gateway.Config
 	if err := service.FromEnv(&cfg); err != nil {
 		service.Fatal(err)

@@ -8,7 +8,11 @@ import (
 	"github.com/orch-dev/orch/services/runner"
 )
 
+// version is stamped at build time: -ldflags "-X main.version=...".
+var version = "dev"
+
 func main() {
+	service.HandleVersion("runner", version)
 	var cfg runner.Config
 	if err := service.FromEnv(&cfg); err != nil {
 		service.Fatal(err)

@@ -9,6 +9,12 @@ require (
 )
 
 require (
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/prometheus/client_golang v1.24.1 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+)
+
+require (
 	github.com/caarlos0/env/v11 v11.4.2 // indirect
 	github.com/gorilla/mux v1.8.1
 	github.com/klauspost/compress v1.20.3 // indirect

@@ -1,15 +1,36 @@
 // Package notifier turns JetStream's terminal-failure advisories for JOBS
 // into one Telegram alert each, and moves the failed job to JOBS_DLQ.
+//
+// Advisories arrive only through the stream JOBS_ADVISORIES and its
+// durable consumer "notifier", so none is lost while no notifier runs. The
+// consumer has MaxAckPending 1: however many replicas run, one advisory is
+// handled at a time, which keeps alerts in order and within Telegram's pace
+// per chat. Each advisory is handled in steps that are safe to repeat:
+//
+//  1. find the job: in JOBS by stream sequence (MAX_DELIVERIES), or by the
+//     job id in the Term reason in KV jobs (MSG_TERMINATED);
+//  2. copy it to JOBS_DLQ and record it failed, unless its status record
+//     already names its DLQ sequence;
+//  3. send the alert, unless the record's Alerted marker says a person was
+//     told already; once Telegram accepted it, set the marker (CAS);
+//  4. delete it from JOBS; then ack the advisory.
+//
+// A crash anywhere repeats at most the step it interrupted, and the marker
+// is checked before sending, so a failure is alerted once. The one window
+// left is a crash after Telegram accepted a message and before the marker
+// is written: the Bot API has no idempotency key, so that alert would be
+// sent again. A shutdown never opens that window: once a request has gone
+// out, the notifier finishes it and writes the marker before it stops.
 package notifier
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,19 +40,34 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
-	"github.com/orch-dev/orch/services/notifier/alert"
 	"github.com/orch-dev/orch/services/notifier/telegram"
 )
 
 // Defaults of the notifier's settings.
 const (
-	// RetryDelayDefault is the wait before an advisory is tried again
-	// after Telegram failed without saying how long to wait.
+	// RetryDelayDefault is the first wait before an advisory is tried
+	// again after Telegram or NATS failed without saying how long to wait.
+	// It doubles with every failed try, up to RetryMaxDelayDefault.
 	RetryDelayDefault = 10 * time.Second
-	// RejectedDelay is the wait after Telegram rejected a message (bad
-	// token or chat): long, since only an operator can fix it.
-	RejectedDelay = 5 * time.Minute
-	ackWait       = time.Minute
+	// RetryMaxDelayDefault caps the doubling retry delay.
+	RetryMaxDelayDefault = 5 * time.Minute
+	// RejectedDelayDefault is the wait after Telegram rejected a message
+	// (bad token or chat, bot removed): long, since only an operator can
+	// fix it, and the advisory is kept until then.
+	RejectedDelayDefault = 5 * time.Minute
+	// TelegramRateDefault is how many messages a second go to the chat.
+	TelegramRateDefault = telegram.RateDefault
+)
+
+const (
+	// ackWait is how long a notifier may hold an advisory without a
+	// heartbeat before JetStream gives it to another replica. Handling
+	// sends InProgress every ackWait/3.
+	ackWait = 30 * time.Second
+	// opTimeout bounds each step against NATS or Telegram.
+	opTimeout = 30 * time.Second
+	// pullWait is how long one pull waits for an advisory.
+	pullWait = 5 * time.Second
 )
 
 // Config is the notifier's configuration, read from ORCH_ variables.
@@ -43,40 +79,71 @@ type Config struct {
 	TelegramChatID   string `env:"TELEGRAM_CHAT_ID"`
 	// TelegramThreadID is the forum topic of the chat, if any.
 	TelegramThreadID int `env:"TELEGRAM_THREAD_ID"`
-	// TelegramAPIURL is the Bot API base. Default https://api.telegram.org.
+	// TelegramAPIURL is the Bot API base. Default telegram.APIURLDefault.
 	TelegramAPIURL string `env:"TELEGRAM_API_URL"`
+	// TelegramRate is the most messages a second sent to the chat, across
+	// every replica. Default TelegramRateDefault (1); Telegram asks for at
+	// most 20 a minute in groups (0.33).
+	TelegramRate float64 `env:"TELEGRAM_RATE"`
 	// PublicURL is the gateway's base URL, for a link to the job.
 	PublicURL string `env:"PUBLIC_URL"`
-	// RetryDelay is the wait after a failed send. Default 10s.
+	// RetryDelay is the first wait after a failed send. Default
+	// RetryDelayDefault.
 	RetryDelay time.Duration `env:"NOTIFY_RETRY_DELAY"`
+	// RetryMaxDelay caps the doubling wait. Default RetryMaxDelayDefault.
+	RetryMaxDelay time.Duration `env:"NOTIFY_RETRY_MAX_DELAY"`
+	// RejectedDelay is the wait after Telegram rejected a message. Default
+	// RejectedDelayDefault.
+	RejectedDelay time.Duration `env:"NOTIFY_REJECTED_DELAY"`
+	// MetricsAddr is where /metrics is served, e.g. ":9102". Default
+	// empty: no listener.
+	MetricsAddr string `env:"METRICS_ADDR"`
 }
 
 // SetDefaults fills the zero fields with their defaults.
 func (c *Config) SetDefaults() {
 	c.Common.SetDefaults()
 	c.TelegramAPIURL = cmp.Or(c.TelegramAPIURL, telegram.APIURLDefault)
+	c.TelegramRate = cmp.Or(c.TelegramRate, TelegramRateDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
+	c.RetryMaxDelay = cmp.Or(c.RetryMaxDelay, RetryMaxDelayDefault)
+	c.RejectedDelay = cmp.Or(c.RejectedDelay, RejectedDelayDefault)
 }
 
 // Validate reports a configuration the notifier cannot run with.
 func (c *Config) Validate() error {
-	if c.TelegramBotToken != "" && c.TelegramChatID == "" {
+	switch {
+	case c.TelegramBotToken != "" && c.TelegramChatID == "":
 		return errors.New("ORCH_TELEGRAM_CHAT_ID is required with ORCH_TELEGRAM_BOT_TOKEN")
+	case c.TelegramRate < 0:
+		return fmt.Errorf("ORCH_TELEGRAM_RATE must be positive, got %v", c.TelegramRate)
+	case c.RetryDelay < 0 || c.RetryMaxDelay < 0 || c.RejectedDelay < 0:
+		return errors.New("ORCH_NOTIFY_*_DELAY must not be negative")
 	}
 	return nil
 }
 
 // Notifier handles advisories.
 type Notifier struct {
-	cfg    Config
-	log    *zap.Logger
-	js     jetstream.JetStream
-	status *status.Store
-	tg     *telegram.Client // nil: log only
+	cfg     Config
+	log     *zap.Logger
+	js      jetstream.JetStream
+	status  *status.Store
+	tg      *telegram.Client // nil: log only
+	metrics *metrics
+}
+
+// hooks let tests watch a running notifier.
+type hooks struct {
+	started func(*Notifier)
 }
 
 // Run handles advisories until ctx is cancelled.
 func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
+	return run(ctx, cfg, log, hooks{})
+}
+
+func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -86,9 +153,15 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	n := &Notifier{cfg: cfg, log: log, js: js, status: status.New(kv)}
+	n := &Notifier{cfg: cfg, log: log, js: js, status: status.New(kv), metrics: newMetrics(js)}
 	if cfg.TelegramBotToken != "" {
-		n.tg = &telegram.Client{BaseURL: cfg.TelegramAPIURL, Token: cfg.TelegramBotToken, ChatID: cfg.TelegramChatID, ThreadID: cfg.TelegramThreadID}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		defer tr.CloseIdleConnections()
+		n.tg = &telegram.Client{
+			BaseURL: cfg.TelegramAPIURL, Token: cfg.TelegramBotToken,
+			ChatID: cfg.TelegramChatID, ThreadID: cfg.TelegramThreadID, Rate: cfg.TelegramRate,
+			HTTP: &http.Client{Transport: tr, Timeout: telegram.TimeoutDefault},
+		}
 	} else {
 		log.Warn("no ORCH_TELEGRAM_BOT_TOKEN: alerts are only logged")
 	}
@@ -96,193 +169,140 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("ensuring consumer %s: %w", proto.ConsumerNotifier, err)
 	}
-	// The handler is serial, which keeps alerts in order and within
-	// Telegram's rate per chat.
-	cc, err := cons.Consume(func(msg jetstream.Msg) { n.handle(ctx, msg) },
-		jetstream.PullMaxMessages(1),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { log.Debug("consume", zap.Error(err)) }),
-	)
+	stopMetrics, err := n.metrics.serve(cfg.MetricsAddr, log)
 	if err != nil {
-		return fmt.Errorf("consuming: %w", err)
+		return err
 	}
-	log.Info("notifier started", zap.Bool("telegram", n.tg != nil))
-	<-ctx.Done()
-	cc.Stop()
-	<-cc.Closed()
+	defer stopMetrics()
+
+	log.Info("notifier started", zap.Bool("telegram", n.tg != nil), zap.Float64("rate", cfg.TelegramRate))
+	if h.started != nil {
+		h.started(n)
+	}
+	n.loop(ctx, cons)
 	log.Info("notifier stopped")
 	return nil
 }
 
+// loop pulls one advisory at a time until ctx ends. Pulling one at a time
+// (rather than a prefetching Consume) leaves nothing unhandled in a buffer
+// at shutdown for AckWait to bring back.
+func (n *Notifier) loop(ctx context.Context, cons jetstream.Consumer) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, pullWait)
+		msg, err := cons.Next(jetstream.FetchContext(fctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				n.log.Debug("pulling advisory", zap.Error(err))
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		n.handle(ctx, msg)
+	}
+}
+
 // handle acts on one advisory and settles it: acked once the failure is
-// alerted and dead-lettered, NAKed with a delay when Telegram or NATS
+// dead-lettered and alerted, NAKed with a delay when Telegram or NATS
 // failed, so nothing is dropped.
 func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 	adv, err := proto.DecodeAdvisory(msg.Data())
 	if err != nil {
 		n.log.Error("dropping unusable advisory", zap.String("subject", msg.Subject()), zap.Error(err))
+		n.metrics.advisories.WithLabelValues("unusable").Inc()
 		_ = msg.Term()
 		return
 	}
 	log := n.log.With(zap.String("advisory", adv.ID), zap.Uint64("stream_seq", adv.StreamSeq))
-	if adv.Type == proto.AdvisoryTerminated && adv.Reason == proto.ReasonCancelled {
-		log.Info("job cancelled: no alert")
-		_ = msg.Ack()
-		return
+	stop := heartbeat(msg)
+	defer stop()
+
+	res := n.process(ctx, log, adv)
+	if res.job != "" {
+		log = log.With(zap.String("job", res.job))
 	}
-	delay, err := n.process(ctx, log, adv)
-	if err != nil {
-		if ctx.Err() != nil {
-			return // shutting down: the advisory comes back after AckWait
+	switch {
+	case res.err != nil && ctx.Err() != nil:
+		// Shutting down before anything was sent: hand it back at once
+		// to another replica or the next start.
+		log.Info("advisory handed back at shutdown", zap.Error(res.err))
+		_ = msg.Nak()
+	case res.err != nil:
+		delay := res.retryIn
+		if delay <= 0 {
+			delay = n.backoff(msg)
 		}
-		log.Warn("advisory will be retried", zap.Duration("delay", delay), zap.Error(err))
+		log.Warn("advisory will be retried", zap.Duration("delay", delay), zap.Error(res.err))
 		_ = msg.NakWithDelay(delay)
+	default:
+		if !res.sentAt.IsZero() && n.tg != nil {
+			// Hold the advisory until the chat's pace allows the next
+			// message: with MaxAckPending 1 no replica gets the next
+			// advisory before the ack, so this keeps the pace across
+			// replicas too.
+			sleep(ctx, time.Until(res.sentAt.Add(n.tg.Interval())))
+		}
+		if err := msg.Ack(); err != nil {
+			log.Warn("acking advisory (it will come back and be found done)", zap.Error(err))
+		}
+		n.metrics.advisories.WithLabelValues(res.outcome).Inc()
+	}
+}
+
+// backoff is the wait before the next try of msg: RetryDelay doubled for
+// every earlier delivery, capped at RetryMaxDelay.
+func (n *Notifier) backoff(msg jetstream.Msg) time.Duration {
+	d := n.cfg.RetryDelay
+	if md, err := msg.Metadata(); err == nil {
+		for i := uint64(1); i < md.NumDelivered && d < n.cfg.RetryMaxDelay; i++ {
+			d *= 2
+		}
+	}
+	return min(d, n.cfg.RetryMaxDelay)
+}
+
+// heartbeat tells JetStream the advisory is still being handled until the
+// returned stop is called, so a long wait (a slow Telegram, the pace) does
+// not hand it to another replica.
+func heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
 		return
 	}
-	_ = msg.Ack()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
-// process alerts on and dead-letters one failed job. On error it returns
-// how long to wait before trying again. Each step is safe to repeat.
-func (n *Notifier) process(ctx context.Context, log *zap.Logger, adv *proto.Advisory) (time.Duration, error) {
-	st, attempts, reason, err := n.failure(ctx, adv)
-	if errors.Is(err, errHandled) {
-		log.Info("job no longer in JOBS: nothing left to do")
-		return 0, nil
+// jobURL is the link to the job in the gateway, if there is one.
+func (n *Notifier) jobURL(id string) string {
+	if n.cfg.PublicURL == "" {
+		return ""
 	}
-	if err != nil {
-		return n.cfg.RetryDelay, err
-	}
-	log = log.With(zap.String("job", st.Job.ID), zap.String("project", st.Job.Project), zap.String("kind", string(st.Job.Kind)))
-
-	if !st.Alerted {
-		if err := n.alert(ctx, log, st, attempts, reason); err != nil {
-			var rl *telegram.RateLimitedError
-			switch {
-			case errors.As(err, &rl):
-				return rl.RetryAfter, err
-			case errors.Is(err, telegram.ErrRejected):
-				log.Error("TELEGRAM REJECTS ALERTS: check ORCH_TELEGRAM_BOT_TOKEN and ORCH_TELEGRAM_CHAT_ID", zap.Error(err))
-				return RejectedDelay, err
-			}
-			return n.cfg.RetryDelay, err
-		}
-		// The marker that keeps a crash after this point from alerting
-		// twice.
-		if st, err = n.status.Update(ctx, &st.Job, func(s *proto.Status) bool { s.Alerted = true; return true }); err != nil {
-			return n.cfg.RetryDelay, err
-		}
-	}
-
-	seq, err := n.deadLetter(ctx, st, attempts, reason)
-	if err != nil {
-		return n.cfg.RetryDelay, err
-	}
-	if _, err := n.status.Update(ctx, &st.Job, func(s *proto.Status) bool {
-		s.State, s.DLQSeq, s.Attempt = proto.StateFailed, seq, max(s.Attempt, attempts)
-		if s.FinishedAt.IsZero() {
-			s.FinishedAt = time.Now().UTC()
-		}
-		return true
-	}); err != nil {
-		return n.cfg.RetryDelay, err
-	}
-	// Last, so that an advisory whose job is gone from JOBS is one that
-	// was handled in full.
-	if adv.Type == proto.AdvisoryMaxDeliveries {
-		if err := n.removeJob(ctx, adv.StreamSeq); err != nil {
-			return n.cfg.RetryDelay, err
-		}
-	}
-	log.Info("job failed for good: alerted and dead-lettered", zap.Uint64("dlq_seq", seq))
-	return 0, nil
+	return strings.TrimRight(n.cfg.PublicURL, "/") + "/jobs/" + id
 }
-
-// failure finds the job an advisory is about. A job that hit MaxDeliver is
-// still in JOBS; a terminated one is gone from it, and its Term reason
-// names its status record.
-func (n *Notifier) failure(ctx context.Context, adv *proto.Advisory) (*proto.Status, int, string, error) {
-	attempts := int(adv.Deliveries)
-	if adv.Type == proto.AdvisoryTerminated {
-		id, cause := proto.ParseTermReason(adv.Reason)
-		if id == "" {
-			return nil, 0, "", fmt.Errorf("terminated job without an id in its reason %q", adv.Reason)
-		}
-		st, _, err := n.status.Get(ctx, id)
-		return st, attempts, "terminated: " + cause, err
-	}
-	reason := "failed on every attempt"
-	stream, err := n.js.Stream(ctx, proto.StreamJobs)
-	if err != nil {
-		return nil, 0, "", err
-	}
-	raw, err := stream.GetMsg(ctx, adv.StreamSeq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		// Removed by an earlier try of this advisory, whose last step
-		// that is, or acked by a runner that finished late.
-		return nil, 0, "", errHandled
-	}
-	if err != nil {
-		return nil, 0, "", fmt.Errorf("reading job at JOBS seq %d: %w", adv.StreamSeq, err)
-	}
-	job, err := proto.DecodeJob(raw.Data)
-	if err != nil && (job == nil || job.ID == "") {
-		return nil, 0, "", fmt.Errorf("job at JOBS seq %d: %w", adv.StreamSeq, err)
-	}
-	st, err := n.status.Update(ctx, job, func(*proto.Status) bool { return false })
-	return st, attempts, reason, err
-}
-
-// alert sends (or, without Telegram, logs) the message of one failure.
-func (n *Notifier) alert(ctx context.Context, log *zap.Logger, st *proto.Status, attempts int, reason string) error {
-	f := alert.Failure{Status: st, Attempts: attempts, Reason: reason, LogTail: alert.LogTail(st.Log, alert.LogTailLines)}
-	if n.cfg.PublicURL != "" {
-		f.JobURL = strings.TrimRight(n.cfg.PublicURL, "/") + "/jobs/" + st.Job.ID
-	}
-	text := alert.Render(f)
-	if n.tg == nil {
-		log.Warn("job failed for good (no Telegram configured)", zap.String("alert", text))
-		return nil
-	}
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if err := n.tg.Send(sctx, text); err != nil {
-		return err
-	}
-	log.Info("alert sent")
-	return nil
-}
-
-// deadLetter copies the job to JOBS_DLQ, deduplicated by job id so that a
-// repeat is harmless, and returns its sequence there.
-func (n *Notifier) deadLetter(ctx context.Context, st *proto.Status, attempts int, reason string) (uint64, error) {
-	data, err := json.Marshal(st.Job)
-	if err != nil {
-		return 0, err
-	}
-	m := nats.NewMsg(proto.DLQSubject(st.Job.Project, st.Job.Kind))
-	m.Data = data
-	m.Header.Set(proto.HeaderMsgID, "dlq-"+st.Job.ID)
-	m.Header.Set(proto.HeaderDLQReason, reason)
-	m.Header.Set(proto.HeaderDLQAttempts, strconv.Itoa(attempts))
-	m.Header.Set(proto.HeaderDLQTime, time.Now().UTC().Format(time.RFC3339))
-	ack, err := n.js.PublishMsg(ctx, m)
-	if err != nil {
-		return 0, fmt.Errorf("publishing to %s: %w", proto.StreamDLQ, err)
-	}
-	return ack.Sequence, nil
-}
-
-// removeJob deletes a dead-lettered job from JOBS.
-func (n *Notifier) removeJob(ctx context.Context, seq uint64) error {
-	stream, err := n.js.Stream(ctx, proto.StreamJobs)
-	if err != nil {
-		return err
-	}
-	if err := stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("removing job from %s: %w", proto.StreamJobs, err)
-	}
-	return nil
-}
-
-// errHandled marks an advisory whose work is already done.
-var errHandled = errors.New("advisory already handled")

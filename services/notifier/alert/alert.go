@@ -4,6 +4,7 @@ package alert
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -17,32 +18,46 @@ import (
 // LogTailLines is how many lines of the agent's log an alert shows.
 const LogTailLines = 15
 
+// Limits on single fields, so that one huge field cannot crowd out the
+// others.
+const (
+	maxTitle  = 256
+	maxReason = 512
+	maxURL    = 2048
+)
+
+// CutMarker shows where text was cut to fit a message.
+const CutMarker = "…[cut]"
+
 // Failure is what is known of one job that failed for good.
 type Failure struct {
 	Status   *proto.Status
 	Attempts int
-	// Reason is JetStream's: "max deliveries" or the Term reason.
+	// Reason is why JetStream gave up: every attempt failed, or the Term
+	// reason.
 	Reason string
-	// LogTail is the end of the agent's log, if it could be read.
+	// LogTail is the end of the agent's log, if it could be read here.
 	LogTail string
 	// JobURL links to the job in the gateway, if ORCH_PUBLIC_URL is set.
 	JobURL string
 }
 
-// Render returns the HTML message, at most telegram.MaxMessageLen
-// characters: the log tail, then the error, are cut to fit.
+// Render returns the HTML message, at most telegram.MaxMessageLen long as
+// Telegram counts: the title and reason are cut to a bound, then the error
+// and the log tail share what is left, each cut with CutMarker.
 func Render(f Failure) string {
 	st, job := f.Status, &f.Status.Job
 	var hd strings.Builder
 	fmt.Fprintf(&hd, "❌ <b>orch: %s failed</b> in <b>%s</b>\n", e(string(job.Kind)), e(job.Project))
-	title := job.Task.Title
-	if title == "" {
-		title = job.Task.ID
+	title := cmp.Or(job.Task.Title, job.Task.ID)
+	ref := e(job.Task.ID)
+	if job.Task.PR > 0 {
+		ref += fmt.Sprintf(", PR #%d", job.Task.PR)
 	}
-	if job.Task.URL != "" {
-		fmt.Fprintf(&hd, "Task: <a href=\"%s\">%s</a> (%s)\n", attr(job.Task.URL), e(title), e(job.Task.ID))
+	if u := job.Task.URL; u != "" && len(u) <= maxURL {
+		fmt.Fprintf(&hd, "Task: <a href=\"%s\">%s</a> (%s)\n", attr(u), head(title, maxTitle), ref)
 	} else {
-		fmt.Fprintf(&hd, "Task: %s (%s)\n", e(title), e(job.Task.ID))
+		fmt.Fprintf(&hd, "Task: %s (%s)\n", head(title, maxTitle), ref)
 	}
 	fmt.Fprintf(&hd, "Attempts: %d", f.Attempts)
 	if st.MaxAttempts > 0 {
@@ -53,63 +68,102 @@ func Render(f Failure) string {
 		fmt.Fprintf(&hd, "Exit code: %d\n", *st.ExitCode)
 	}
 	if f.Reason != "" {
-		fmt.Fprintf(&hd, "Reason: %s\n", e(f.Reason))
+		fmt.Fprintf(&hd, "Reason: %s\n", head(f.Reason, maxReason))
 	}
 	if st.CostUSD > 0 {
-		fmt.Fprintf(&hd, "Cost: $%.2f\n", st.CostUSD)
+		fmt.Fprintf(&hd, "Cost: $%.2f", st.CostUSD)
+		if st.Turns > 0 {
+			fmt.Fprintf(&hd, " (%d turns)", st.Turns)
+		}
+		hd.WriteString("\n")
+	}
+	if st.Runner != "" {
+		fmt.Fprintf(&hd, "Runner: %s\n", head(st.Runner, 64))
 	}
 	fmt.Fprintf(&hd, "Job: <code>%s</code>", e(job.ID))
-	if f.JobURL != "" {
-		fmt.Fprintf(&hd, " · <a href=\"%s\">details</a>", attr(f.JobURL))
+	if u := f.JobURL; u != "" && len(u) <= maxURL {
+		fmt.Fprintf(&hd, " · <a href=\"%s\">details</a>", attr(u))
 	}
 	hd.WriteString("\n")
+	if f.LogTail == "" && st.Log != "" {
+		// The runner is on another host, or the log is gone: say where
+		// it is, the error text below stands in for it.
+		fmt.Fprintf(&hd, "Log: <code>%s</code> (not readable here)\n", head(st.Log, 256))
+	}
 
-	budget := telegram.MaxMessageLen - utf8.RuneCountInString(hd.String())
-	var out strings.Builder
-	out.WriteString(hd.String())
+	out := hd.String()
+	budget := telegram.MaxMessageLen - telegram.Len(out)
 	if st.Error != "" {
-		part := "\nError: " + head(st.Error, budget/3) + "\n"
-		out.WriteString(part)
-		budget -= utf8.RuneCountInString(part)
+		const label = "\nError: "
+		// Without a log tail the error may take all the room; with one
+		// it takes at most a third.
+		n := budget - telegram.Len(label) - 1
+		if f.LogTail != "" {
+			n = budget / 3
+		}
+		part := label + head(st.Error, n) + "\n"
+		out += part
+		budget -= telegram.Len(part)
 	}
-	if f.LogTail != "" && budget > 40 {
-		const open, close = "\n<pre>", "</pre>"
-		out.WriteString(open + tail(f.LogTail, budget-len(open)-len(close)) + close)
+	const open, close = "\n<pre>", "</pre>"
+	if f.LogTail != "" && budget > telegram.Len(open+close)+len(CutMarker)+16 {
+		out += open + tail(f.LogTail, budget-telegram.Len(open+close)) + close
 	}
-	return out.String()
+	return out
 }
 
-// cutMarker shows where text was cut.
-const cutMarker = "…[cut]"
-
-// head escapes s and keeps at most n characters of its start, never
-// splitting an entity such as "&amp;".
+// head escapes s and keeps at most n units (as telegram.Len counts) of
+// its start, never splitting an entity such as "&amp;".
 func head(s string, n int) string {
-	r := []rune(e(s))
-	if len(r) <= n {
-		return string(r)
+	esc := e(s)
+	if telegram.Len(esc) <= n {
+		return esc
 	}
-	keep := string(r[:max(n-utf8.RuneCountInString(cutMarker), 0)])
-	if amp := strings.LastIndexByte(keep, '&'); amp > strings.LastIndexByte(keep, ';') {
+	room := n - telegram.Len(CutMarker)
+	end, used := 0, 0
+	for i, r := range esc {
+		w := telegram.Len(string(r))
+		if used+w > room {
+			break
+		}
+		used += w
+		end = i + len(string(r))
+	}
+	keep := esc[:end]
+	if amp := strings.LastIndexByte(keep, '&'); amp >= 0 && amp > strings.LastIndexByte(keep, ';') {
 		keep = keep[:amp]
 	}
-	return keep + cutMarker
+	return keep + CutMarker
 }
 
-// tail escapes s and keeps at most n characters of its end, starting at a
-// line where it can.
+// tail escapes s and keeps at most n units of its end, starting at a line
+// where it can, and never inside an entity.
 func tail(s string, n int) string {
-	r := []rune(e(s))
-	if len(r) <= n {
-		return string(r)
+	esc := e(s)
+	if telegram.Len(esc) <= n {
+		return esc
 	}
-	keep := string(r[len(r)-max(n-utf8.RuneCountInString(cutMarker)-1, 0):])
-	if i := strings.IndexByte(keep, '\n'); i >= 0 {
+	room := n - telegram.Len(CutMarker+"\n")
+	start, used := len(esc), 0
+	for start > 0 {
+		r, size := utf8.DecodeLastRuneInString(esc[:start])
+		w := telegram.Len(string(r))
+		if used+w > room {
+			break
+		}
+		used += w
+		start -= size
+	}
+	// Every '&' in esc opens an entity: one opened before start and not
+	// closed before it means start is inside it.
+	if amp := strings.LastIndexByte(esc[:start], '&'); amp >= 0 && !strings.Contains(esc[amp:start], ";") {
+		start += strings.IndexByte(esc[start:], ';') + 1
+	}
+	keep := esc[start:]
+	if i := strings.IndexByte(keep, '\n'); i >= 0 && i < len(keep)/2 {
 		keep = keep[i+1:]
-	} else if i := strings.IndexByte(keep, ';'); i >= 0 && i < strings.IndexByte(keep+"&", '&') {
-		keep = keep[i+1:] // the start may be the inside of an entity
 	}
-	return cutMarker + "\n" + keep
+	return CutMarker + "\n" + keep
 }
 
 func e(s string) string { return telegram.Escape(s) }

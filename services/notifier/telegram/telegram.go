@@ -1,10 +1,12 @@
 // Package telegram is a small client of the Telegram Bot API's sendMessage,
 // with the answers that matter told apart: a 429 says how long to wait, a
-// 400/401/403 will not get better by retrying, anything else might.
+// 400/401/403/404 will not get better by retrying, anything else might. It
+// keeps to Telegram's pace of about one message a second per chat.
 package telegram
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,27 +14,48 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // APIURLDefault is the Bot API's base URL.
 const APIURLDefault = "https://api.telegram.org"
 
-// MaxMessageLen is the most characters sendMessage takes.
+// MaxMessageLen is the most characters sendMessage takes. Telegram counts
+// UTF-16 code units of the text; see Len.
 const MaxMessageLen = 4096
 
-// Client sends messages to one chat.
+// RateDefault is the pace of messages to one chat, per second, that
+// Telegram asks bots to keep to.
+const RateDefault = 1.0
+
+// TimeoutDefault bounds one sendMessage request.
+const TimeoutDefault = 15 * time.Second
+
+// Client sends messages to one chat. Its zero value is not usable: set
+// BaseURL, Token and ChatID. A Client is safe for concurrent use.
 type Client struct {
-	// BaseURL of the Bot API; APIURLDefault unless a test points it at a
-	// fake.
+	// BaseURL of the Bot API; APIURLDefault when empty.
 	BaseURL string
-	// Token is the bot's token. It is part of the request URL, so errors
-	// never include the URL.
-	Token  string
+	// Token is the bot's token. It is part of the request URL, so no
+	// error of this package includes the URL.
+	Token string
+	// ChatID is the chat (a number, or @channelname).
 	ChatID string
 	// ThreadID is the forum topic, if any.
 	ThreadID int
-	HTTP     *http.Client
+	// Rate is the most messages a second Wait lets through. Zero means
+	// RateDefault.
+	Rate float64
+	// HTTP is the client for requests; nil means one with TimeoutDefault.
+	HTTP *http.Client
+
+	once      sync.Once
+	lim       *rate.Limiter
+	mu        sync.Mutex
+	holdUntil time.Time // set by a 429: no request before it
 }
 
 // RateLimitedError is a 429 answer: wait RetryAfter before the next try.
@@ -45,9 +68,10 @@ func (e *RateLimitedError) Error() string {
 }
 
 // ErrRejected wraps answers that retrying will not fix: a bad token, an
-// unknown chat, a malformed message.
+// unknown chat, a bot removed from the chat, a malformed message.
 var ErrRejected = errors.New("telegram rejected the message")
 
+// answer is the envelope of every Bot API answer.
 type answer struct {
 	OK          bool   `json:"ok"`
 	ErrorCode   int    `json:"error_code"`
@@ -57,8 +81,44 @@ type answer struct {
 	} `json:"parameters"`
 }
 
-// Send sends an HTML message.
+func (c *Client) init() {
+	c.once.Do(func() {
+		r := cmp.Or(c.Rate, RateDefault)
+		c.lim = rate.NewLimiter(rate.Limit(r), 1)
+	})
+}
+
+// Interval is the least time between two messages to the chat.
+func (c *Client) Interval() time.Duration {
+	return time.Duration(float64(time.Second) / cmp.Or(c.Rate, RateDefault))
+}
+
+// Wait blocks until a message may be sent: the chat's pace allows it and
+// any retry_after of an earlier 429 has passed. It returns ctx's error if
+// ctx ends first.
+func (c *Client) Wait(ctx context.Context) error {
+	c.init()
+	c.mu.Lock()
+	hold := time.Until(c.holdUntil)
+	c.mu.Unlock()
+	if hold > 0 {
+		t := time.NewTimer(hold)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return c.lim.Wait(ctx)
+}
+
+// Send sends an HTML message. It does not wait for the pace: call Wait
+// first. A 429 answer returns a *RateLimitedError and holds back later
+// Waits for its retry_after; a 400, 401, 403 or 404 returns an error
+// wrapping ErrRejected.
 func (c *Client) Send(ctx context.Context, html string) error {
+	c.init()
 	body := map[string]any{
 		"chat_id":                  c.ChatID,
 		"text":                     html,
@@ -70,45 +130,84 @@ func (c *Client) Send(ctx context.Context, html string) error {
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return fmt.Errorf("telegram: encoding message: %w", err)
 	}
-	url := strings.TrimRight(c.BaseURL, "/") + "/bot" + c.Token + "/sendMessage"
+	url := strings.TrimRight(cmp.Or(c.BaseURL, APIURLDefault), "/") + "/bot" + c.Token + "/sendMessage"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
 	if err != nil {
-		return errors.New("telegram: building request")
+		return errors.New("telegram: building request") // err would show the URL
 	}
 	req.Header.Set("Content-Type", "application/json")
 	hc := c.HTTP
 	if hc == nil {
-		hc = &http.Client{Timeout: 15 * time.Second}
+		hc = &http.Client{Timeout: TimeoutDefault}
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		// *url.Error would print the URL, and the URL holds the token.
-		var ue interface{ Unwrap() error }
-		if errors.As(err, &ue) {
-			err = ue.Unwrap()
-		}
-		return fmt.Errorf("telegram: %w", err)
+		return fmt.Errorf("telegram: %w", c.redact(err))
 	}
 	defer resp.Body.Close()
 	var a answer
 	_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&a)
-	switch {
-	case resp.StatusCode == http.StatusOK && a.OK:
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+	desc := c.redactString(a.Description)
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK && a.OK:
 		return nil
-	case resp.StatusCode == http.StatusTooManyRequests:
-		return &RateLimitedError{RetryAfter: time.Duration(max(a.Parameters.RetryAfter, 1)) * time.Second}
-	case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusUnauthorized,
-		resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%w: %d %s", ErrRejected, resp.StatusCode, a.Description)
+	case code == http.StatusTooManyRequests || a.ErrorCode == http.StatusTooManyRequests:
+		wait := time.Duration(max(a.Parameters.RetryAfter, 1)) * time.Second
+		c.mu.Lock()
+		c.holdUntil = time.Now().Add(wait)
+		c.mu.Unlock()
+		return &RateLimitedError{RetryAfter: wait}
+	case code == http.StatusBadRequest, code == http.StatusUnauthorized,
+		code == http.StatusForbidden, code == http.StatusNotFound:
+		return fmt.Errorf("%w: %d %s", ErrRejected, code, desc)
+	default:
+		return fmt.Errorf("telegram: %d %s", code, desc)
 	}
-	return fmt.Errorf("telegram: %d %s", resp.StatusCode, a.Description)
 }
 
-// Escape makes s safe inside an HTML-mode message.
+// redact unwraps a *url.Error, whose text holds the URL and so the token,
+// and removes the token from what is left.
+func (c *Client) redact(err error) error {
+	var ue interface{ Unwrap() error }
+	if errors.As(err, &ue) && strings.Contains(err.Error(), "/bot") {
+		if inner := ue.Unwrap(); inner != nil {
+			err = inner
+		}
+	}
+	if c.Token != "" && strings.Contains(err.Error(), c.Token) {
+		return errors.New(c.redactString(err.Error()))
+	}
+	return err
+}
+
+func (c *Client) redactString(s string) string {
+	if c.Token == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.Token, "<token>")
+}
+
+// Escape makes s safe inside an HTML-mode message: Telegram needs only
+// <, > and & escaped.
 func Escape(s string) string {
 	return htmlEscaper.Replace(s)
 }
 
 var htmlEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// Len is the length of s as Telegram counts it: UTF-16 code units, so an
+// emoji outside the Basic Multilingual Plane counts two.
+func Len(s string) int {
+	n := 0
+	for _, r := range s {
+		if r >= 0x10000 {
+			n += 2
+		} else {
+			n++
+		}
+	}
+	return n
+}

@@ -1,6 +1,7 @@
 // Package agent starts the agent CLI for one attempt of a job and watches
-// it: its own process group, its output to a log file, a watchdog, and
-// no process left behind whatever way it ends.
+// it: its own process group under a per-agent supervisor, its output to a
+// log file, a watchdog, and no process left behind whatever way it ends,
+// including a SIGKILL of the runner (see supervisor.go).
 package agent
 
 import (
@@ -8,10 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+	"runtime"
+	"slices"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -54,7 +58,8 @@ type Result struct {
 }
 
 // Run starts the agent and waits for it. Cancelling ctx stops the whole
-// process group: SIGTERM, then SIGKILL after KillGrace.
+// process group: SIGTERM, then SIGKILL after KillGrace. Whatever way the
+// agent ends, every process it started is killed and reaped.
 func Run(ctx context.Context, s Spec) Result {
 	start := time.Now()
 	res := run(ctx, s)
@@ -74,24 +79,59 @@ func run(ctx context.Context, s Spec) Result {
 		return Result{ExitCode: -1, Err: fmt.Errorf("opening log: %w", err)}
 	}
 	defer logf.Close()
-
-	cmd := exec.Command(s.Argv[0], s.Argv[1:]...)
-	cmd.Dir = s.Dir
-	cmd.Env = s.Env
-	cmd.Stdin = strings.NewReader(s.Stdin)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Its own group, so the watchdog reaches its children too.
-		Setpgid: true,
-		// The agent dies with the runner, even on SIGKILL.
-		Pdeathsig: syscall.SIGKILL,
+	// The task text on stdin comes from an unlinked file, not a pipe: no
+	// goroutine has to copy it, and an agent that never reads it cannot
+	// block anything.
+	stdin, err := os.CreateTemp("", "orch-stdin-*")
+	if err != nil {
+		return Result{ExitCode: -1, Err: fmt.Errorf("creating stdin file: %w", err)}
 	}
+	_ = os.Remove(stdin.Name())
+	defer stdin.Close()
+	if _, err := io.WriteString(stdin, s.Stdin); err != nil {
+		return Result{ExitCode: -1, Err: fmt.Errorf("writing stdin file: %w", err)}
+	}
+	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
+		return Result{ExitCode: -1, Err: fmt.Errorf("rewinding stdin file: %w", err)}
+	}
+	// ctlR goes to the supervisor; ctlW stays here, and its closing (by
+	// us, or by the kernel when this process dies) tells the supervisor
+	// the runner is gone. See supervisor.go.
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return Result{ExitCode: -1, Err: fmt.Errorf("creating control pipe: %w", err)}
+	}
+	defer ctlW.Close()
+
+	grace := cmp.Or(s.KillGrace, KillGraceDefault)
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       append([]string{supervisorName}, s.Argv...),
+		Dir:        s.Dir,
+		Env:        append(slices.Clip(s.Env), supervisorEnv+"="+strconv.FormatInt(int64(grace), 10)),
+		Stdin:      stdin,
+		Stdout:     logf,
+		Stderr:     logf,
+		ExtraFiles: []*os.File{ctlR},
+		SysProcAttr: &syscall.SysProcAttr{
+			// Its own group: a terminal's Ctrl-C reaches the runner only,
+			// which decides what happens to the agent.
+			Setpgid: true,
+			// A second signal of the runner's death, besides the pipe.
+			Pdeathsig: syscall.SIGTERM,
+		},
+	}
+	// Pdeathsig is bound to the thread that starts the child, and Go may
+	// retire threads: keep this goroutine on its thread until the
+	// supervisor is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(logf, "orch: starting agent: %v\n", err)
+		_ = ctlR.Close()
+		fmt.Fprintf(logf, "orch: starting agent supervisor: %v\n", err)
 		return Result{ExitCode: -1, Err: fmt.Errorf("starting agent: %w", err)}
 	}
-	pgid := cmd.Process.Pid
+	_ = ctlR.Close()
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -102,42 +142,42 @@ func run(ctx context.Context, s Spec) Result {
 		defer t.Stop()
 		timeout = t.C
 	}
-	var stopErr error
-	var waitErr error
+	var stopErr, waitErr error
 	select {
 	case waitErr = <-done:
 	case <-timeout:
 		stopErr = fmt.Errorf("%w after %v", ErrTimeout, s.Timeout)
-		waitErr = stop(pgid, done, cmp.Or(s.KillGrace, KillGraceDefault))
+		waitErr = stop(cmd.Process, done, grace)
 	case <-ctx.Done():
 		stopErr = context.Cause(ctx)
-		waitErr = stop(pgid, done, cmp.Or(s.KillGrace, KillGraceDefault))
+		waitErr = stop(cmd.Process, done, grace)
 	}
-	// Whatever the agent left running in its group goes with it.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 
 	code := cmd.ProcessState.ExitCode()
 	switch {
 	case stopErr != nil:
 		fmt.Fprintf(logf, "\norch: agent stopped: %v\n", stopErr)
 		return Result{ExitCode: code, Err: stopErr}
+	case code == 127 && waitErr != nil:
+		return Result{ExitCode: code, Err: fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", waitErr)}
 	case waitErr != nil:
 		return Result{ExitCode: code, Err: fmt.Errorf("agent exited: %w", waitErr)}
 	}
 	return Result{ExitCode: 0}
 }
 
-// stop sends SIGTERM to the group, then SIGKILL after grace, and returns
-// the leader's wait error.
-func stop(pgid int, done <-chan error, grace time.Duration) error {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	t := time.NewTimer(grace)
+// stop asks the supervisor to stop the agent: it sends SIGTERM to the
+// agent's group, then SIGKILL after grace. Should the supervisor not be
+// done well after that, it is killed, and the agent with it (Pdeathsig).
+func stop(p *os.Process, done <-chan error, grace time.Duration) error {
+	_ = p.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace + 5*time.Second)
 	defer t.Stop()
 	select {
 	case err := <-done:
 		return err
 	case <-t.C:
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = p.Kill()
 		return <-done
 	}
 }

@@ -1,0 +1,235 @@
+package agent
+
+// Orphan prevention.
+//
+// The agent must never outlive the runner, whatever way the runner ends,
+// and that includes everything the agent started. Linux offers two parts of
+// an answer, neither enough alone:
+//
+//   - Pdeathsig is delivered to the direct child only. A grandchild (the
+//     shell the agent runs, the test runner it starts) is not told.
+//   - A process group reaches every descendant that stays in the group, but
+//     someone has to send the signal, and a SIGKILLed runner sends nothing.
+//     A descendant that calls setsid(2) leaves the group altogether.
+//
+// So the runner does not start the agent itself. It re-executes its own
+// binary (/proc/self/exe, which works even when the file on disk has been
+// replaced by an upgrade) as a tiny per-agent supervisor, marked by the
+// environment variable supervisorEnv, which this package's init function
+// recognises before main runs; any binary that links this package (the
+// runner, the local all-in-one, a test binary) is therefore a supervisor
+// too, with no hook to forget. The supervisor:
+//
+//   - is a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so descendants
+//     orphaned by the agent, including those that left the group with
+//     setsid, are re-parented to it rather than to init, where it can still
+//     find and kill them;
+//   - starts the agent in a new process group with Pdeathsig SIGKILL, so the
+//     agent dies if the supervisor itself is killed;
+//   - holds the read end of a pipe whose only write end is held by the
+//     runner. When the runner dies in any way, including SIGKILL, the kernel
+//     closes that end and the supervisor reads EOF: it SIGKILLs the agent's
+//     group and every process re-parented to it, and exits. The supervisor
+//     also has Pdeathsig SIGTERM as a second, independent signal of the
+//     runner's death;
+//   - on SIGTERM (the runner's watchdog, cancel or shutdown) sends SIGTERM to
+//     the agent's group, then SIGKILL after the grace it was given;
+//   - whenever the agent ends, kills what it left behind, then exits with
+//     the agent's exit status (re-raising the signal that killed it), so the
+//     runner sees the agent's own result.
+//
+// A subreaper runner alone would not do: when the runner is SIGKILLed its
+// subreaped descendants go to init and live on. A process that survives
+// the runner is needed, and the smallest such process is this one.
+//
+// The cost is one extra small process per running agent.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// supervisorEnv marks a process started as an agent supervisor. Its value
+// is the kill grace in nanoseconds.
+const supervisorEnv = "ORCH_INTERNAL_AGENT_SUPERVISOR"
+
+// supervisorName is the supervisor's argv[0], as ps shows it.
+const supervisorName = "orch-agent-supervisor"
+
+// ctlFD is the descriptor of the pipe from the runner: EOF on it means the
+// runner is gone.
+const ctlFD = 3
+
+// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
+const prSetChildSubreaper = 36
+
+func init() {
+	v, ok := os.LookupEnv(supervisorEnv)
+	if !ok {
+		return
+	}
+	// init runs on the main goroutine locked to the main thread, and os.Exit
+	// ends the process before it could be unlocked: the agent's Pdeathsig,
+	// which is bound to the thread that started it, fires only when the
+	// supervisor really dies.
+	os.Exit(supervise(v, os.Args[1:]))
+}
+
+// supervise runs argv as the agent and returns the supervisor's exit code.
+func supervise(graceNS string, argv []string) int {
+	grace, err := strconv.ParseInt(graceNS, 10, 64)
+	if err != nil || len(argv) == 0 {
+		fmt.Fprintf(os.Stderr, "orch: bad supervisor invocation %q %q\n", graceNS, argv)
+		return 126
+	}
+	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's pipe
+	ctl := os.NewFile(ctlFD, "orch-ctl")
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		fmt.Fprintf(os.Stderr, "orch: prctl(PR_SET_CHILD_SUBREAPER): %v\n", errno)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, supervisorEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		return 127
+	}
+	pgid := cmd.Process.Pid
+
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	runnerGone := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, ctl); close(runnerGone) }()
+
+	select {
+	case <-done:
+	case <-runnerGone:
+	case <-sigs:
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		t := time.NewTimer(time.Duration(grace))
+		select {
+		case <-done:
+		case <-runnerGone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	// Whatever is left goes: first the agent's group (which ends the
+	// agent, reaped by cmd.Wait), then whatever was re-parented to us.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-done
+	sweep(pgid)
+
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		// Die of the same signal, so the runner sees what the agent got.
+		signal.Reset()
+		_ = syscall.Kill(os.Getpid(), ws.Signal())
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// sweep kills the agent's group and every child of this process, and reaps
+// them, until no child is left. A killed descendant's own children are
+// re-parented to this subreaper, so the loop reaches the whole tree.
+func sweep(pgid int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		for _, pid := range children(os.Getpid()) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL) // its group, if it leads one
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if errors.Is(err, syscall.ECHILD) {
+				return
+			}
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// children lists the processes whose parent is ppid, from /proc.
+func children(ppid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := parentOf(pid); ok && p == ppid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// parentOf reads the parent pid of pid from /proc/<pid>/stat.
+func parentOf(pid int) (int, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name is in parentheses and may hold anything; the
+	// fields after the last ')' are: state ppid ...
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	p, err := strconv.Atoi(f[1])
+	return p, err == nil
+}
+
+// Alive reports whether pid is a live process: it exists and is not a
+// zombie waiting to be reaped.
+func Alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	return s[i+2] != 'Z' && s[i+2] != 'X'
+}

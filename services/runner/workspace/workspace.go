@@ -1,33 +1,100 @@
-// Package workspace lays out a runner's disk: per task a working
-// directory, per job and attempt a log file.
+// Package workspace lays out a runner's disk with real git: per project a
+// cached clone, per task a git worktree on its own branch, per job and
+// attempt a log file.
+//
+//	repos/<project>.git/             bare clone of clone_url, fetched before each job
+//	worktrees/<project>/<task>/      the task's worktree, on branch agent/<task>
+//	logs/<job>/<attempt>.log         the agent's output per attempt
+//
+// One runner process owns a workspace: Clean, called at start, removes the
+// lock files a crashed git left behind, which is only safe when no other
+// process works in the same directory.
 package workspace
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/orch-dev/orch/proto"
 )
 
-// Workspace is a runner's root directory:
-//
-//	worktrees/<project>/<task>/   where the agent works
-//	logs/<job>/<attempt>.log      the agent's output per attempt
+// BranchPrefix starts the name of every task branch: agent/<task>.
+const BranchPrefix = "agent/"
+
+// Workspace is a runner's root directory. The zero value is not usable:
+// set Root (an absolute path).
 type Workspace struct {
 	Root string
+
+	mu    sync.Mutex
+	repos map[string]*sync.Mutex
 }
 
-// TaskDir returns the task's working directory, created if missing. Every
-// path element is passed through proto.Token, so no task id can reach
-// outside Root.
-func (w *Workspace) TaskDir(project, task string) (string, error) {
-	dir := filepath.Join(w.Root, "worktrees", proto.Token(project), proto.Token(task))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating task dir: %w", err)
+// Repo says where a project's code comes from.
+type Repo struct {
+	// Project is the registry key.
+	Project string
+	// CloneURL is a URL or a local path; a relative path is taken from the
+	// runner's working directory.
+	CloneURL string
+	// DefaultBranch is where a new task branch starts.
+	DefaultBranch string
+}
+
+// Branch is the branch of task.
+func Branch(task string) string { return BranchPrefix + proto.Token(task) }
+
+// repoLock serialises git commands on one project's clone within this
+// process: fetch and worktree add both write its refs.
+func (w *Workspace) repoLock(project string) *sync.Mutex {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.repos == nil {
+		w.repos = map[string]*sync.Mutex{}
 	}
-	return dir, nil
+	m, ok := w.repos[project]
+	if !ok {
+		m = &sync.Mutex{}
+		w.repos[project] = m
+	}
+	return m
+}
+
+// inside joins elems under Root and checks the result stays there. Every
+// element is also passed through proto.Token, so no id can name "..", a
+// separator or an absolute path.
+func (w *Workspace) inside(elems ...string) (string, error) {
+	parts := []string{w.Root}
+	for _, e := range elems {
+		parts = append(parts, proto.Token(e))
+	}
+	p := filepath.Join(parts...)
+	rel, err := filepath.Rel(w.Root, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) || filepath.IsAbs(rel) {
+		return "", fmt.Errorf("path %q escapes the workspace %s", p, w.Root)
+	}
+	return p, nil
+}
+
+// RepoDir is the cached clone of project.
+func (w *Workspace) RepoDir(project string) (string, error) {
+	d, err := w.inside("repos", project)
+	return d + ".git", err
+}
+
+// WorktreeDir is the worktree of task in project.
+func (w *Workspace) WorktreeDir(project, task string) (string, error) {
+	return w.inside("worktrees", project, task)
 }
 
 // LogPath is where attempt n of job id writes its output.
@@ -36,7 +103,8 @@ func (w *Workspace) LogPath(jobID string, attempt int) string {
 }
 
 // TaskFile writes the task text for the agent into dir and returns its
-// path. It lives under .orch/, which the agent is told to leave alone.
+// path. It lives under .orch/, which the agent is told to leave alone and
+// which is kept out of git by the worktree's info/exclude.
 func (w *Workspace) TaskFile(dir, jobID, text string) (string, error) {
 	path := filepath.Join(dir, ".orch", "task-"+proto.Token(jobID)+".md")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -46,4 +114,281 @@ func (w *Workspace) TaskFile(dir, jobID, text string) (string, error) {
 		return "", fmt.Errorf("writing task file: %w", err)
 	}
 	return path, nil
+}
+
+// Prepare makes sure the task's worktree exists and is current: the
+// project's clone is made if missing and fetched, and the worktree is
+// added on branch agent/<task> the first time, reused afterwards. A new
+// branch starts from the first of origin/agent/<task> (the task's branch
+// was pushed before), origin/<hint> (for a pull request, its head branch)
+// and origin/<default branch> that exists. It returns the worktree's path.
+func (w *Workspace) Prepare(ctx context.Context, repo Repo, task, hint string) (string, error) {
+	dir, err := w.WorktreeDir(repo.Project, task)
+	if err != nil {
+		return "", err
+	}
+	gitDir, err := w.RepoDir(repo.Project)
+	if err != nil {
+		return "", err
+	}
+	m := w.repoLock(repo.Project)
+	m.Lock()
+	defer m.Unlock()
+
+	if err := w.ensureClone(ctx, gitDir, repo.CloneURL); err != nil {
+		return "", err
+	}
+	if _, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin"); err != nil {
+		return "", fmt.Errorf("fetching %s: %w", repo.Project, err)
+	}
+	if isWorktree(ctx, dir) {
+		return dir, nil
+	}
+	// A directory that is not a working worktree is what a crash during
+	// "worktree add" leaves: start it again.
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("removing broken worktree: %w", err)
+	}
+	if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", fmt.Errorf("creating worktree parent: %w", err)
+	}
+	branch := Branch(task)
+	if refExists(ctx, gitDir, "refs/heads/"+branch) {
+		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", dir, branch)
+	} else {
+		var start string
+		for _, b := range []string{branch, hint, repo.DefaultBranch} {
+			if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
+				start = "origin/" + b
+				break
+			}
+		}
+		if start == "" {
+			return "", fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
+		}
+		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", "--no-track", "-b", branch, dir, start)
+	}
+	if err != nil {
+		return "", fmt.Errorf("adding worktree for %s: %w", task, err)
+	}
+	return dir, nil
+}
+
+// ensureClone makes the bare clone at gitDir if it is missing. It is made
+// aside and renamed into place, so a crash never leaves half a clone.
+func (w *Workspace) ensureClone(ctx context.Context, gitDir, url string) error {
+	url, err := cloneSource(url)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(gitDir, "HEAD")); err == nil {
+		// Follow a clone_url changed in the registry.
+		_, err := git(ctx, gitDir, "remote", "set-url", "origin", url)
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(gitDir), 0o755); err != nil {
+		return fmt.Errorf("creating repos dir: %w", err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(gitDir), ".tmp-clone-")
+	if err != nil {
+		return fmt.Errorf("creating clone dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	for _, args := range [][]string{
+		{"init", "--bare", "--quiet"},
+		{"remote", "add", "origin", url},
+		// Remote branches under refs/remotes/origin, so fetches never
+		// touch the local agent/<task> branches.
+		{"config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"},
+	} {
+		if _, err := git(ctx, tmp, args...); err != nil {
+			return fmt.Errorf("making clone: %w", err)
+		}
+	}
+	// Every worktree reads the clone's info/exclude: keep the task files
+	// out of the agent's commits.
+	if err := os.MkdirAll(filepath.Join(tmp, "info"), 0o755); err != nil {
+		return fmt.Errorf("making clone: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "info", "exclude"), []byte(".orch/\n"), 0o644); err != nil {
+		return fmt.Errorf("making clone: %w", err)
+	}
+	if err := os.Rename(tmp, gitDir); err != nil {
+		return fmt.Errorf("placing clone: %w", err)
+	}
+	return nil
+}
+
+// scpLike matches git's user@host:path form, which is not a local path.
+var scpLike = regexp.MustCompile(`^[A-Za-z0-9_.@-]+:[^/]`)
+
+// cloneSource returns url, with a local path made absolute (the clone's
+// git commands run in another directory).
+func cloneSource(url string) (string, error) {
+	if url == "" {
+		return "", errors.New("project has no clone_url")
+	}
+	if strings.Contains(url, "://") || scpLike.MatchString(url) || filepath.IsAbs(url) {
+		return url, nil
+	}
+	abs, err := filepath.Abs(url)
+	if err != nil {
+		return "", fmt.Errorf("clone_url %q: %w", url, err)
+	}
+	return abs, nil
+}
+
+// Remove deletes the task's worktree and its local branch (the pushed
+// branch, if any, stays on the remote). Removing what is not there is not
+// an error.
+func (w *Workspace) Remove(ctx context.Context, project, task string) error {
+	dir, err := w.WorktreeDir(project, task)
+	if err != nil {
+		return err
+	}
+	gitDir, err := w.RepoDir(project)
+	if err != nil {
+		return err
+	}
+	m := w.repoLock(project)
+	m.Lock()
+	defer m.Unlock()
+	if _, err := os.Stat(filepath.Join(gitDir, "HEAD")); err != nil {
+		// No clone, so no worktree registered: just the directory.
+		return removeAll(dir)
+	}
+	if isWorktree(ctx, dir) {
+		if _, err := git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir); err != nil {
+			return fmt.Errorf("removing worktree of %s: %w", task, err)
+		}
+	}
+	if err := removeAll(dir); err != nil {
+		return err
+	}
+	if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
+		return err
+	}
+	if branch := Branch(task); refExists(ctx, gitDir, "refs/heads/"+branch) {
+		if _, err := git(ctx, gitDir, "branch", "-D", "--quiet", branch); err != nil {
+			return fmt.Errorf("deleting branch %s: %w", branch, err)
+		}
+	}
+	return nil
+}
+
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Clean removes what a crashed run left behind: git's lock files in every
+// clone (index.lock, HEAD.lock, refs/**/*.lock, ...), half-made clones, and
+// worktree records whose directory is gone. It returns the lock files it
+// removed. Call it at start, before any job runs.
+func (w *Workspace) Clean(ctx context.Context) ([]string, error) {
+	reposDir := filepath.Join(w.Root, "repos")
+	entries, err := os.ReadDir(reposDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", reposDir, err)
+	}
+	var removed []string
+	for _, e := range entries {
+		path := filepath.Join(reposDir, e.Name())
+		if strings.HasPrefix(e.Name(), ".tmp-clone-") {
+			if err := os.RemoveAll(path); err != nil {
+				return removed, fmt.Errorf("removing half-made clone: %w", err)
+			}
+			continue
+		}
+		if !e.IsDir() {
+			continue
+		}
+		err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == "objects" {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(d.Name(), ".lock") {
+				if err := os.Remove(p); err != nil {
+					return err
+				}
+				removed = append(removed, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return removed, fmt.Errorf("removing stale git locks in %s: %w", path, err)
+		}
+		if _, err := git(ctx, path, "worktree", "prune"); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// isWorktree reports whether dir is a usable git worktree.
+func isWorktree(ctx context.Context, dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		return false
+	}
+	out, err := git(ctx, dir, "rev-parse", "--is-inside-work-tree")
+	return err == nil && strings.TrimSpace(out) == "true"
+}
+
+func refExists(ctx context.Context, gitDir, ref string) bool {
+	_, err := git(ctx, gitDir, "rev-parse", "--verify", "--quiet", ref)
+	return err == nil
+}
+
+// git runs git in dir and returns its standard output; its error carries
+// the standard error.
+func git(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	// Never wait for a password on a terminal nobody watches.
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "GCM_INTERACTIVE=never")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// CreateRepo makes a git repository at dir with one commit of files on
+// branch: the sample project of a local run, and the remote of tests.
+func CreateRepo(ctx context.Context, dir, branch string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	for name, text := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", p, err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			return fmt.Errorf("writing %s: %w", p, err)
+		}
+	}
+	id := []string{"-c", "user.name=orch", "-c", "user.email=orch@localhost", "-c", "commit.gpgsign=false"}
+	for _, args := range [][]string{
+		{"init", "--quiet", "--initial-branch=" + branch},
+		{"add", "--all"},
+		append(id, "commit", "--quiet", "--allow-empty", "-m", "initial commit"),
+	} {
+		if _, err := git(ctx, dir, args...); err != nil {
+			return fmt.Errorf("creating repository %s: %w", dir, err)
+		}
+	}
+	return nil
 }

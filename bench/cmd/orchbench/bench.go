@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/bench/internal/proc"
+	"github.com/orch-dev/orch/bench/internal/project"
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/embedded"
+)
+
+// bench is one run: the server, a client connection for the baselines and
+// the load driver, the built binaries and the running services.
+type bench struct {
+	o        options
+	dir      string
+	srv      *embedded.Server
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	bins     map[string]string
+	agent    string // the no-op agent binary
+	registry string
+	records  string // where the agent appends its start lines
+	procs    map[string]*proc.Proc
+	gateway  string // base URL
+	client   *http.Client
+}
+
+func setup(ctx context.Context, dir string, o options) (*bench, error) {
+	b := &bench{o: o, dir: dir, procs: map[string]*proc.Proc{}}
+	fmt.Fprintln(os.Stderr, "orchbench: building the services")
+	binDir := filepath.Join(dir, "bin")
+	var err error
+	if b.bins, err = proc.Build(ctx, binDir); err != nil {
+		return nil, err
+	}
+	if b.agent, err = proc.BuildPackage(ctx, binDir, "github.com/orch-dev/orch/bench/cmd/benchagent"); err != nil {
+		return nil, err
+	}
+	if b.registry, err = project.Setup(dir); err != nil {
+		return nil, err
+	}
+	b.records = filepath.Join(dir, "agent-starts.log")
+	b.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "jetstream"), SyncAlways: true})
+	if err != nil {
+		return nil, err
+	}
+	b.nc, err = nats.Connect(b.srv.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	b.js, _ = jetstream.New(b.nc)
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := (proto.Topology{}).Ensure(tctx, b.js); err != nil {
+		b.close()
+		return nil, err
+	}
+	// Enough idle connections that the intake senders never redial.
+	b.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}, Timeout: 30 * time.Second}
+	return b, nil
+}
+
+func (b *bench) close() {
+	for name, p := range b.procs {
+		if err := p.Stop(15 * time.Second); err != nil {
+			fmt.Fprintf(os.Stderr, "orchbench: %s: %v\n", name, err)
+		}
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+	}
+}
+
+// common is the environment every service gets.
+func (b *bench) common(name string) []string {
+	return []string{
+		"ORCH_NATS_URL=" + b.srv.URL(),
+		"ORCH_DATA_DIR=" + filepath.Join(b.dir, "data-"+name),
+		"ORCH_PROJECTS_FILE=" + b.registry,
+		"ORCH_LOG_LEVEL=info",
+	}
+}
+
+// start runs one service binary with extra environment.
+func (b *bench) start(name string, env ...string) (*proc.Proc, error) {
+	p, err := proc.Start(name, b.bins[name], append(b.common(name), env...), filepath.Join(b.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	b.procs[name] = p
+	return p, nil
+}
+
+// stop stops one service with SIGTERM.
+func (b *bench) stop(name string) error {
+	p, ok := b.procs[name]
+	if !ok {
+		return nil
+	}
+	delete(b.procs, name)
+	return p.Stop(15 * time.Second)
+}
+
+func (b *bench) startGateway(ctx context.Context) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p, err := b.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET=fixture-secret",
+		"ORCH_PLANE_SECRET=plane-secret")
+	if err != nil {
+		return err
+	}
+	b.gateway = "http://" + addr
+	return waitFor(ctx, p, 30*time.Second, func() error {
+		resp, err := b.client.Get(b.gateway + "/readyz")
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+func (b *bench) startRunner(ctx context.Context) error {
+	p, err := b.start("runner",
+		"ORCH_MAX_CONCURRENCY="+strconv.Itoa(b.o.concurrency),
+		"ORCH_AGENT_COMMAND="+b.agent+" "+b.records,
+		"ORCH_RETRY_DELAY=100ms", "ORCH_ACK_WAIT=5s", "ORCH_RUNNER_NAME=bench")
+	if err != nil {
+		return err
+	}
+	return b.waitConsumer(ctx, p, proto.StreamJobs, proto.ConsumerRunner)
+}
+
+func (b *bench) startNotifier(ctx context.Context) error {
+	p, err := b.start("notifier")
+	if err != nil {
+		return err
+	}
+	return b.waitConsumer(ctx, p, proto.StreamAdvisories, proto.ConsumerNotifier)
+}
+
+// waitConsumer waits until a service pulls from its consumer.
+func (b *bench) waitConsumer(ctx context.Context, p *proc.Proc, stream, consumer string) error {
+	return waitFor(ctx, p, 30*time.Second, func() error {
+		c, err := b.js.Consumer(ctx, stream, consumer)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting == 0 {
+			return errors.New("no pull request waiting")
+		}
+		return nil
+	})
+}
+
+// waitFor polls f until it returns nil, p exits, or timeout passes.
+func waitFor(ctx context.Context, p *proc.Proc, timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
+		}
+		if time.Now().After(deadline) {
+			if p != nil {
+				return fmt.Errorf("%s not ready after %v: %w\n%s", p.Name, timeout, err, p.Tail(20))
+			}
+			return fmt.Errorf("after %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// queueAnswer is the part of GET /queue the bench reads.
+type queueAnswer struct {
+	Counts map[string]int `json:"counts"`
+}
+
+func (b *bench) getQueue(ctx context.Context) (queueAnswer, time.Duration, error) {
+	var q queueAnswer
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.gateway+"/queue", nil)
+	start := time.Now()
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return q, 0, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&q)
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK {
+		return q, took, fmt.Errorf("GET /queue: %d", resp.StatusCode)
+	}
+	return q, took, err
+}
+
+// rawStream creates (afresh) a stream shaped like JOBS on other subjects,
+// for the baselines: same storage, retention and dedupe window.
+func (b *bench) rawStream(ctx context.Context, name, subject string) (jetstream.Stream, error) {
+	_ = b.js.DeleteStream(ctx, name)
+	cfg := proto.Topology{}.JobsStream()
+	cfg.Name, cfg.Subjects, cfg.Description = name, []string{subject}, "orchbench baseline"
+	return b.js.CreateStream(ctx, cfg)
+}

@@ -1,0 +1,94 @@
+// Command orchbench measures orch against raw JetStream on the same
+// embedded server in the same run, and prints one table: each row a figure
+// of orch, its baseline, the target ratio from issue 7 and PASS or MISS.
+//
+// The services run as their real binaries (built into a temporary
+// directory), each its own process, against an embedded JetStream server in
+// this process that fsyncs every write (SyncAlways), as `make run` does. The
+// baselines use that same server and connection settings. The machine is
+// shared, so only the ratios mean anything.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+)
+
+func main() {
+	var o options
+	flag.IntVar(&o.intakeN, "intake-n", 2000, "webhooks sent in the intake phase (and raw publishes of the same bytes)")
+	flag.IntVar(&o.intakeC, "intake-c", 16, "concurrent senders in the intake phase, both sides")
+	flag.IntVar(&o.rate, "rate", 200, "webhooks per second in the pickup/dispatch phase")
+	flag.DurationVar(&o.rateFor, "rate-for", 5*time.Second, "length of the pickup/dispatch phase")
+	flag.IntVar(&o.drainN, "drain-n", 1000, "jobs drained in the drain phase, both sides")
+	flag.IntVar(&o.concurrency, "concurrency", 8, "ORCH_MAX_CONCURRENCY of the runner, MaxAckPending of the raw consumer")
+	flag.IntVar(&o.queueN, "queue-n", 100_000, "jobs queued for the deep GET /queue measurement")
+	flag.IntVar(&o.queueGets, "queue-gets", 500, "GET /queue requests per measurement")
+	flag.StringVar(&o.keep, "keep", "", "keep the work directory (logs, store) here instead of a temporary one")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (server + load driver) here")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, o)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "orchbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	intakeN, intakeC    int
+	rate                int
+	rateFor             time.Duration
+	drainN, concurrency int
+	queueN, queueGets   int
+	keep                string
+	cpuProfile          string
+}
+
+func run(ctx context.Context, o options) error {
+	dir := o.keep
+	if dir == "" {
+		d, err := os.MkdirTemp("", "orchbench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Fprintf(os.Stderr, "orchbench: %d CPUs, %s/%s, work dir %s\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, filepath.Clean(dir))
+	b, err := setup(ctx, dir, o)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	t := &table{}
+	if err := b.all(ctx, t); err != nil {
+		t.print(os.Stdout)
+		return err
+	}
+	t.print(os.Stdout)
+	return nil
+}

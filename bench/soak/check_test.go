@@ -1,0 +1,268 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orch-dev/orch/proto"
+)
+
+// run is one agent run of a job, from its record.
+type run struct {
+	attempt int
+	tag     string // the runner incarnation
+	start   time.Time
+	ended   bool // the agent wrote its end line
+	code    int
+	end     time.Time
+}
+
+// readRuns parses the record of one job.
+func readRuns(path string) ([]run, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var runs []run
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		switch {
+		case len(fs) == 4 && fs[0] == "start":
+			a, _ := strconv.Atoi(fs[1])
+			runs = append(runs, run{attempt: a, tag: fs[2], start: unixNano(fs[3])})
+		case len(fs) == 5 && fs[0] == "end":
+			a, _ := strconv.Atoi(fs[1])
+			for i := range runs {
+				if runs[i].attempt == a && runs[i].tag == fs[2] && !runs[i].ended {
+					runs[i].ended = true
+					runs[i].code, _ = strconv.Atoi(fs[3])
+					runs[i].end = unixNano(fs[4])
+					break
+				}
+			}
+		}
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].start.Before(runs[j].start) })
+	return runs, sc.Err()
+}
+
+func unixNano(s string) time.Time {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.Unix(0, n)
+}
+
+// planned is the exit code the agent script gives attempt a of j.
+func planned(j job, attempt int) int {
+	if j.doomed || (attempt == 1 && j.id[0] >= '0' && j.id[0] <= '4') {
+		return 1
+	}
+	return 0
+}
+
+// report is what the soak found.
+type report struct {
+	jobs, done, failed, doomedFailed, other int
+	alerts, alertMsgs                       int
+	runs, plannedFailures, killedRuns       int
+	redeliveredAfterSuccess                 int
+	kills, jsRestarts                       int
+	maxConcurrent                           int
+	lost                                    int
+	queue                                   map[string]int
+	elapsed                                 time.Duration
+	problems                                []string
+}
+
+func (r *report) problem(format string, args ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+// check reads the status bucket, the fake Telegram and the run records,
+// and holds them against what retries, kills and restarts explain.
+func (s *system) check(jobs []job) *report {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := &report{jobs: len(jobs), kills: s.kills, jsRestarts: len(s.jsDown)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alerts, msgs := s.tg.alerts()
+	r.alertMsgs = msgs
+	known := map[string]bool{}
+	type event struct {
+		at    time.Time
+		delta int
+	}
+	var events []event
+
+	for _, j := range jobs {
+		known[j.id] = true
+		st, err := s.status(ctx, j.id)
+		switch {
+		case err != nil:
+			r.lost++
+			r.problem("job %s lost: no status record (%v)", j.id, err)
+			continue
+		case st.State == proto.StateDone:
+			r.done++
+		case st.State == proto.StateFailed:
+			r.failed++
+			if j.doomed {
+				r.doomedFailed++
+			}
+		default:
+			r.other++
+			r.lost++
+			r.problem("job %s lost: ended the soak %s", j.id, st.State)
+		}
+		n := alerts[j.id]
+		r.alerts += n
+		switch {
+		case st.State == proto.StateFailed && n != 1:
+			r.problem("job %s failed and was alerted %d times, want exactly 1", j.id, n)
+		case st.State != proto.StateFailed && n != 0:
+			r.problem("job %s is %s but was alerted %d times", j.id, st.State, n)
+		}
+
+		runs, err := readRuns(filepath.Join(s.records, j.id))
+		if err != nil {
+			r.problem("reading runs of %s: %v", j.id, err)
+			continue
+		}
+		r.runs += len(runs)
+		if len(runs) > maxAttempts {
+			r.problem("job %s: %d agent runs, more than ORCH_MAX_ATTEMPTS=%d", j.id, len(runs), maxAttempts)
+		}
+		interrupted := false
+		for i, ru := range runs {
+			end := ru.end
+			switch {
+			case !ru.ended:
+				// No end line: the agent died with its runner. Its slot
+				// was held until the kill (or the final stop).
+				end = s.ended[ru.tag]
+				if !s.killed[ru.tag] && end.IsZero() {
+					r.problem("job %s: run %d on %s never ended", j.id, ru.attempt, ru.tag)
+				}
+				r.killedRuns++
+				interrupted = true
+			case s.killed[ru.tag] && ru.end.After(s.ended[ru.tag].Add(100*time.Millisecond)):
+				r.problem("job %s: agent of run %d outlived its runner %s by %v (orphan)", j.id, ru.attempt, ru.tag, ru.end.Sub(s.ended[ru.tag]))
+			}
+			if ru.ended && ru.code != planned(j, ru.attempt) {
+				r.problem("job %s: run %d exited %d, the script plans %d", j.id, ru.attempt, ru.code, planned(j, ru.attempt))
+			}
+			if ru.ended && ru.code != 0 {
+				r.plannedFailures++
+			}
+			if !end.IsZero() {
+				events = append(events, event{ru.start, +1}, event{end, -1})
+			}
+			if slices.ContainsFunc(runs[:i], func(p run) bool { return p.attempt == ru.attempt }) {
+				r.problem("job %s: attempt %d ran twice", j.id, ru.attempt)
+			}
+			if i == 0 {
+				continue
+			}
+			// A run after the first needs a cause in the one before it.
+			prev := runs[i-1]
+			switch {
+			case !prev.ended, prev.code != 0:
+				// a kill or a planned failure
+			case s.explainedRedelivery(prev, ru):
+				r.redeliveredAfterSuccess++
+				interrupted = true
+			default:
+				r.problem("job %s: run %d (on %s) follows a successful run %d (on %s) with no kill or restart in between",
+					j.id, ru.attempt, ru.tag, prev.attempt, prev.tag)
+			}
+		}
+		switch {
+		case st.State == proto.StateDone && (len(runs) == 0 || !runs[len(runs)-1].ended || runs[len(runs)-1].code != 0):
+			r.problem("job %s is done without a successful last agent run", j.id)
+		case st.State == proto.StateFailed && !j.doomed && !interrupted:
+			r.problem("job %s failed, yet it was meant to succeed and no run of it was interrupted", j.id)
+		case st.State == proto.StateDone && j.doomed:
+			r.problem("job %s is done, yet every run of it fails", j.id)
+		}
+	}
+	for id, n := range alerts {
+		if !known[id] {
+			r.problem("alert (%d) for job %s that the soak never queued", n, id)
+		}
+	}
+
+	// The most agents ever running at once, across both runners.
+	sort.Slice(events, func(i, j int) bool {
+		if events[i].at.Equal(events[j].at) {
+			return events[i].delta < events[j].delta
+		}
+		return events[i].at.Before(events[j].at)
+	})
+	cur := 0
+	for _, e := range events {
+		cur += e.delta
+		r.maxConcurrent = max(r.maxConcurrent, cur)
+	}
+	if r.maxConcurrent > maxConcurrency {
+		r.problem("%d agents ran at once, more than ORCH_MAX_CONCURRENCY=%d", r.maxConcurrent, maxConcurrency)
+	}
+	if r.kills == 0 || r.jsRestarts != 1 {
+		r.problem("chaos incomplete: %d runner kills, %d JetStream restarts", r.kills, r.jsRestarts)
+	}
+	return r
+}
+
+// explainedRedelivery reports whether a kill of prev's runner or a
+// JetStream restart came between a successful run and the next one: the
+// ack may then have been lost, and JetStream rightly redelivers.
+func (s *system) explainedRedelivery(prev, next run) bool {
+	if t, ok := s.ended[prev.tag]; ok && s.killed[prev.tag] && t.After(prev.end) && t.Before(next.start) {
+		return true
+	}
+	for _, w := range s.jsDown {
+		if w.to.After(prev.end) && w.from.Before(next.start) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "\nsoak summary (%v)\n", r.elapsed.Round(time.Second))
+	fmt.Fprintf(w, "  jobs accepted          %d\n", r.jobs)
+	fmt.Fprintf(w, "  done / failed / other  %d / %d / %d   (failed: %d doomed, %d after kills ate their attempts)\n",
+		r.done, r.failed, r.other, r.doomedFailed, r.failed-r.doomedFailed)
+	fmt.Fprintf(w, "  GET /queue counts      %v\n", r.queue)
+	fmt.Fprintf(w, "  telegram alerts        %d messages, %d naming soak jobs (want = failed)\n", r.alertMsgs, r.alerts)
+	fmt.Fprintf(w, "  agent runs             %d: %d planned failures, %d killed with their runner, %d redelivered after a lost ack, none unexplained unless listed below\n",
+		r.runs, r.plannedFailures, r.killedRuns, r.redeliveredAfterSuccess)
+	fmt.Fprintf(w, "  chaos                  %d runner SIGKILLs, %d JetStream restart(s)\n", r.kills, r.jsRestarts)
+	fmt.Fprintf(w, "  max agents at once     %d (limit %d)\n", r.maxConcurrent, maxConcurrency)
+	fmt.Fprintf(w, "  lost                   %d\n", r.lost)
+	if len(r.problems) == 0 {
+		fmt.Fprintln(w, "  result                 PASS")
+		return
+	}
+	fmt.Fprintf(w, "  result                 FAIL: %d problems\n", len(r.problems))
+	for i, p := range r.problems {
+		if i == 20 {
+			fmt.Fprintf(w, "    ... and %d more\n", len(r.problems)-20)
+			break
+		}
+		fmt.Fprintf(w, "    - %s\n", p)
+	}
+}

@@ -1,0 +1,571 @@
+package soak
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/bench/internal/gitea"
+	"github.com/orch-dev/orch/bench/internal/proc"
+	"github.com/orch-dev/orch/bench/internal/project"
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/embedded"
+)
+
+//go:embed agent.sh
+var agentScript []byte
+
+// The soak's settings. Short AckWait and retry delays make SIGKILL
+// redeliveries and retries come back within seconds.
+const (
+	shortN         = 300
+	maxConcurrency = 4
+	maxAttempts    = 4
+	ackWait        = 2 * time.Second
+	killEvery      = 2500 * time.Millisecond
+	senders        = 4
+	doomedEvery    = 33 // one job in 33 fails on every attempt
+	normalTasks    = 20
+)
+
+// telegram is the fake Bot API: it records every message.
+type telegram struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (tg *telegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Text string `json:"text"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	tg.mu.Lock()
+	tg.msgs = append(tg.msgs, body.Text)
+	n := len(tg.msgs)
+	tg.mu.Unlock()
+	fmt.Fprintf(w, `{"ok":true,"result":{"message_id":%d}}`, n)
+}
+
+var jobIDPattern = regexp.MustCompile(`[0-9a-f]{24}`)
+
+// alerts counts the messages naming each job id.
+func (tg *telegram) alerts() (map[string]int, int) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	out := map[string]int{}
+	for _, m := range tg.msgs {
+		seen := map[string]bool{}
+		for _, id := range jobIDPattern.FindAllString(m, -1) {
+			if !seen[id] {
+				seen[id] = true
+				out[id]++
+			}
+		}
+	}
+	return out, len(tg.msgs)
+}
+
+// system is the soak's world: the server in this process, the services as
+// child processes.
+type system struct {
+	t        *testing.T
+	dir      string
+	bins     map[string]string
+	registry string
+	records  string
+	agent    string
+	srv      *embedded.Server
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	tg       *telegram
+	tgURL    string
+	gateway  string
+
+	mu      sync.Mutex
+	procs   map[string]*proc.Proc // by service name: gateway, notifier, r1, r2
+	gen     map[string]int        // incarnations of each runner
+	ended   map[string]time.Time  // incarnation tag -> when it was killed or stopped
+	killed  map[string]bool       // incarnation tags that were SIGKILLed
+	kills   int
+	jsDown  []window // JetStream restarts
+	client  *http.Client
+	started time.Time
+}
+
+type window struct{ from, to time.Time }
+
+func soakN(t *testing.T) int {
+	if v := os.Getenv("ORCH_SOAK_N"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("ORCH_SOAK_N=%q: want a positive number", v)
+		}
+		return n
+	}
+	return shortN
+}
+
+func TestSoak(t *testing.T) {
+	n := soakN(t)
+	sys := newSystem(t)
+	t.Logf("soak: %d jobs, 2 runners, concurrency %d, %d attempts", n, maxConcurrency, maxAttempts)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var posted atomic.Int64
+	var chaos sync.WaitGroup
+	chaosCtx, stopChaos := context.WithCancel(ctx)
+	chaos.Go(func() { sys.chaos(chaosCtx, &posted, int64(n)) })
+	defer func() { stopChaos(); chaos.Wait() }()
+
+	jobs, err := sys.post(ctx, n, &posted)
+	if err != nil {
+		t.Errorf("posting: %v", err)
+	}
+	t.Logf("soak: %d webhooks accepted after %v", len(jobs), time.Since(sys.started).Round(time.Millisecond))
+
+	settleTimeout := 2*time.Minute + time.Duration(n)*60*time.Millisecond
+	if err := sys.settle(ctx, jobs, settleTimeout); err != nil {
+		t.Errorf("jobs did not settle: %v", err)
+	}
+	stopChaos()
+	chaos.Wait()
+	queue := sys.queueCounts()
+	sys.stopAll()
+
+	rep := sys.check(jobs)
+	rep.queue = queue
+	rep.elapsed = time.Since(sys.started)
+	rep.print(os.Stdout)
+	for _, p := range rep.problems {
+		t.Error(p)
+	}
+}
+
+func newSystem(t *testing.T) *system {
+	dir := t.TempDir()
+	sys := &system{
+		t: t, dir: dir, procs: map[string]*proc.Proc{}, gen: map[string]int{},
+		ended: map[string]time.Time{}, killed: map[string]bool{}, tg: &telegram{},
+		client: &http.Client{Timeout: 10 * time.Second},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	if sys.bins, err = proc.Build(ctx, filepath.Join(dir, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	if sys.registry, err = project.Setup(dir); err != nil {
+		t.Fatal(err)
+	}
+	sys.records = filepath.Join(dir, "runs")
+	if err := os.MkdirAll(sys.records, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sys.agent = filepath.Join(dir, "agent.sh")
+	if err := os.WriteFile(sys.agent, agentScript, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tg := httptest.NewServer(sys.tg)
+	t.Cleanup(tg.Close)
+	sys.tgURL = tg.URL
+
+	sys.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "jetstream"), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.srv.Shutdown)
+	nc, err := nats.Connect(sys.srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	sys.js, _ = jetstream.New(nc)
+	if sys.kv, err = (proto.Topology{}).Ensure(ctx, sys.js); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.stopAll) // also on a failed start
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sys.gateway = "http://" + addr
+	sys.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET="+gitea.Secret, "ORCH_PLANE_SECRET=plane-secret")
+	sys.start("notifier", "ORCH_TELEGRAM_BOT_TOKEN=123:abc", "ORCH_TELEGRAM_CHAT_ID=42",
+		"ORCH_TELEGRAM_API_URL="+sys.tgURL, "ORCH_NOTIFY_RETRY_DELAY=200ms")
+	sys.startRunner("r1")
+	sys.startRunner("r2")
+	sys.waitReady(ctx)
+	sys.started = time.Now()
+	return sys
+}
+
+func (s *system) env(name string) []string {
+	return []string{
+		"ORCH_NATS_URL=" + s.srv.URL(),
+		"ORCH_DATA_DIR=" + filepath.Join(s.dir, "data-"+name),
+		"ORCH_PROJECTS_FILE=" + s.registry,
+		"ORCH_LOG_LEVEL=info",
+	}
+}
+
+func (s *system) start(name string, env ...string) {
+	s.t.Helper()
+	p, err := proc.Start(name, s.bins[serviceOf(name)], append(s.env(name), env...), filepath.Join(s.dir, name+".log"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.procs[name] = p
+	s.mu.Unlock()
+}
+
+func serviceOf(name string) string {
+	if name == "r1" || name == "r2" {
+		return "runner"
+	}
+	return name
+}
+
+// startRunner starts a new incarnation of runner name; its agents are
+// told the incarnation's tag, so that each run can be tied to it.
+func (s *system) startRunner(name string) {
+	s.mu.Lock()
+	s.gen[name]++
+	tag := fmt.Sprintf("%s.%d", name, s.gen[name])
+	s.mu.Unlock()
+	s.start(name,
+		"ORCH_RUNNER_NAME="+tag,
+		"ORCH_MAX_CONCURRENCY="+strconv.Itoa(maxConcurrency),
+		"ORCH_MAX_ATTEMPTS="+strconv.Itoa(maxAttempts),
+		"ORCH_ACK_WAIT="+ackWait.String(),
+		"ORCH_RETRY_DELAY=100ms", "ORCH_RETRY_MAX_DELAY=1s", "ORCH_SHUTDOWN_GRACE=5s",
+		"ORCH_AGENT_COMMAND=sh "+s.agent+" "+tag+" "+s.records,
+	)
+}
+
+func (s *system) tag(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprintf("%s.%d", name, s.gen[name])
+}
+
+func (s *system) proc(name string) *proc.Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procs[name]
+}
+
+// waitReady waits for the gateway's readiness and for both runners and the
+// notifier to pull from their consumers.
+func (s *system) waitReady(ctx context.Context) {
+	s.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := s.ready(ctx)
+		if err == nil {
+			return
+		}
+		for _, name := range []string{"gateway", "notifier", "r1", "r2"} {
+			if p := s.proc(name); p.Exited() {
+				s.t.Fatalf("%s exited at start:\n%s", name, p.Tail(20))
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("system not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *system) ready(ctx context.Context) error {
+	resp, err := s.client.Get(s.gateway + "/readyz")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("gateway readyz %d", resp.StatusCode)
+	}
+	for _, c := range []struct {
+		stream, consumer string
+		pullers          int
+	}{{proto.StreamJobs, proto.ConsumerRunner, 2}, {proto.StreamAdvisories, proto.ConsumerNotifier, 1}} {
+		cons, err := s.js.Consumer(ctx, c.stream, c.consumer)
+		if err != nil {
+			return err
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumWaiting < c.pullers {
+			return fmt.Errorf("consumer %s: %d waiting pulls, want %d", c.consumer, info.NumWaiting, c.pullers)
+		}
+	}
+	return nil
+}
+
+// chaos SIGKILLs a runner (r1 and r2 in turn) every killEvery and starts
+// it again, and restarts JetStream once, when a third of the jobs are
+// posted, until ctx ends.
+func (s *system) chaos(ctx context.Context, posted *atomic.Int64, n int64) {
+	tick := time.NewTicker(killEvery)
+	defer tick.Stop()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	restarted := false
+	victim := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			if !restarted && posted.Load() >= n/3 {
+				restarted = true
+				s.restartJetStream()
+			}
+		case <-tick.C:
+			name := []string{"r1", "r2"}[victim%2]
+			victim++
+			tag := s.tag(name)
+			s.proc(name).Kill()
+			s.mu.Lock()
+			s.ended[tag], s.killed[tag] = time.Now(), true
+			s.kills++
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			s.startRunner(name)
+		}
+	}
+}
+
+func (s *system) restartJetStream() {
+	from := time.Now()
+	if err := s.srv.Restart(); err != nil {
+		s.t.Errorf("restarting JetStream: %v", err)
+	}
+	s.mu.Lock()
+	s.jsDown = append(s.jsDown, window{from, time.Now()})
+	s.mu.Unlock()
+	s.t.Logf("soak: JetStream restarted at %v (took %v)", from.Sub(s.started).Round(time.Millisecond), time.Since(from).Round(time.Millisecond))
+}
+
+// job is one accepted webhook's job.
+type job struct {
+	id     string
+	doomed bool
+}
+
+// post sends n distinct webhooks on a few senders, each retried until the
+// gateway answers 202 (it may answer 503 while JetStream restarts), and
+// returns the jobs they queued.
+func (s *system) post(ctx context.Context, n int, posted *atomic.Int64) ([]job, error) {
+	jobs := make([]job, n)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range senders {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				pr := gitea.PR{Number: 1 + i%normalTasks, Seq: i}
+				doomed := i%doomedEvery == doomedEvery-1
+				if doomed {
+					pr.Branch = fmt.Sprintf("agent/doomed-%d", i%5)
+				}
+				id, err := s.send(ctx, pr)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					continue
+				}
+				jobs[i] = job{id: id, doomed: doomed}
+				posted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	var out []job
+	for _, j := range jobs {
+		if j.id != "" {
+			out = append(out, j)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (s *system) send(ctx context.Context, pr gitea.PR) (string, error) {
+	d, err := gitea.New(pr)
+	if err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(time.Minute)
+	var last string
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		req, err := d.Request(s.gateway, pr.Seq)
+		if err != nil {
+			return "", err
+		}
+		resp, err := s.client.Do(req.WithContext(ctx))
+		if err != nil {
+			last = err.Error()
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var ans gitea.Accepted
+		if err := json.Unmarshal(body, &ans); err != nil || len(ans.Jobs) != 1 {
+			return "", fmt.Errorf("webhook %d answer %s: want one job", pr.Seq, body)
+		}
+		return ans.Jobs[0].ID, nil
+	}
+	return "", fmt.Errorf("webhook %d never accepted: %s", pr.Seq, last)
+}
+
+// settle waits until every job has ended (and every failed one is
+// alerted), JOBS is empty and no advisory is pending.
+func (s *system) settle(ctx context.Context, jobs []job, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = s.settled(ctx, jobs); err == nil {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return err
+}
+
+func (s *system) settled(ctx context.Context, jobs []job) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	open := 0
+	var example string
+	for _, j := range jobs {
+		st, err := s.status(ctx, j.id)
+		if err != nil || !st.State.Terminal() || (st.State == proto.StateFailed && !st.Alerted) {
+			open++
+			if example == "" {
+				example = j.id
+				if st != nil {
+					example += " is " + string(st.State)
+				}
+			}
+		}
+	}
+	if open > 0 {
+		return fmt.Errorf("%d jobs not ended, e.g. %s", open, example)
+	}
+	stream, err := s.js.Stream(ctx, proto.StreamJobs)
+	if err != nil {
+		return err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs > 0 {
+		return fmt.Errorf("JOBS holds %d messages", info.State.Msgs)
+	}
+	cons, err := s.js.Consumer(ctx, proto.StreamAdvisories, proto.ConsumerNotifier)
+	if err != nil {
+		return err
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if ci.NumPending+uint64(ci.NumAckPending) > 0 {
+		return fmt.Errorf("%d advisories pending", ci.NumPending+uint64(ci.NumAckPending))
+	}
+	return nil
+}
+
+func (s *system) status(ctx context.Context, id string) (*proto.Status, error) {
+	e, err := s.kv.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return proto.DecodeStatus(e.Value())
+}
+
+// queueCounts is GET /queue's counts, as an operator would see them.
+func (s *system) queueCounts() map[string]int {
+	var q struct {
+		Counts map[string]int `json:"counts"`
+	}
+	resp, err := s.client.Get(s.gateway + "/queue")
+	if err != nil {
+		s.t.Errorf("GET /queue: %v", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&q); err != nil {
+		s.t.Errorf("GET /queue: %v", err)
+	}
+	return q.Counts
+}
+
+// stopAll stops every service with SIGTERM (the runners' incarnations end
+// there) and reaps them.
+func (s *system) stopAll() {
+	s.mu.Lock()
+	procs := s.procs
+	s.procs = map[string]*proc.Proc{}
+	s.mu.Unlock()
+	for name, p := range procs {
+		if p.Exited() {
+			continue
+		}
+		if err := p.Stop(20 * time.Second); err != nil {
+			s.t.Errorf("stopping %s: %v\n%s", name, err, p.Tail(10))
+		}
+		if serviceOf(name) == "runner" {
+			s.mu.Lock()
+			tag := fmt.Sprintf("%s.%d", name, s.gen[name])
+			if _, ok := s.ended[tag]; !ok {
+				s.ended[tag] = time.Now()
+			}
+			s.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,449 @@
+package check
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/embedded"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/services/gateway"
+	"github.com/orch-dev/orch/services/gateway/webhook"
+	"github.com/orch-dev/orch/services/notifier"
+	"github.com/orch-dev/orch/services/runner"
+)
+
+// clusterGiteaSecret signs the test's webhooks.
+const clusterGiteaSecret = "cluster-test-secret"
+
+// natsCluster is three JetStream nodes in this process, each with its own
+// store, routed to one another as deployments/nats/nats-*.conf are.
+type natsCluster struct {
+	nodes []*embedded.Server
+	names []string
+	urls  []string
+}
+
+// startCluster starts a three-node JetStream cluster on free loopback ports
+// and waits until it has a meta leader.
+func startCluster(t *testing.T) *natsCluster {
+	t.Helper()
+	ports := freePorts(t, 6)
+	var routes []string
+	for _, p := range ports[3:] {
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
+	}
+	c := &natsCluster{}
+	for i := range 3 {
+		name := fmt.Sprintf("nats-%d", i+1)
+		s, err := embedded.Start(embedded.Options{
+			Host: "127.0.0.1", Port: ports[i], StoreDir: t.TempDir(),
+			ServerName: name, ClusterName: "orch", ClusterPort: ports[3+i], Routes: routes,
+		})
+		if err != nil {
+			t.Fatalf("starting %s: %v", name, err)
+		}
+		t.Cleanup(s.Shutdown)
+		c.nodes, c.names, c.urls = append(c.nodes, s), append(c.names, name), append(c.urls, s.URL())
+	}
+	nc, js := c.connect(t)
+	defer nc.Close()
+	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx) // answered only once there is a meta leader
+		return err
+	})
+	return c
+}
+
+// url is what ORCH_NATS_URL would be: all three nodes, comma-separated.
+func (c *natsCluster) url() string { return strings.Join(c.urls, ",") }
+
+func (c *natsCluster) connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// node returns the node named name.
+func (c *natsCluster) node(t *testing.T, name string) *embedded.Server {
+	t.Helper()
+	i := slices.Index(c.names, name)
+	if i < 0 {
+		t.Fatalf("no node %q among %v", name, c.names)
+	}
+	return c.nodes[i]
+}
+
+// freePorts picks n free loopback ports. The cluster needs its route
+// ports before any node starts, so Port -1 will not do.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	return ports
+}
+
+// gitRepo makes a real repository with one commit on main, for clone_url.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "widgets.git")
+	run := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
+			"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# widgets\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("add", "README.md")
+	run("commit", "-q", "-m", "initial")
+	return dir
+}
+
+// orchSystem is the three services, in this process, against the cluster.
+type orchSystem struct {
+	gatewayURL string
+	runsDir    string
+}
+
+// startOrch runs the gateway, two runners and the notifier with
+// ORCH_STREAM_REPLICAS=3 and ORCH_NATS_URL naming all three nodes. The
+// script agent appends a line per run to runsDir/<job id>.
+func startOrch(t *testing.T, c *natsCluster) *orchSystem {
+	t.Helper()
+	dir := t.TempDir()
+	sys := &orchSystem{runsDir: filepath.Join(dir, "runs")}
+	if err := os.MkdirAll(sys.runsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agentScript := filepath.Join(dir, "agent.sh")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$ORCH_ATTEMPT\" >> %q/\"$ORCH_JOB_ID\"\nsleep 0.3\n", sys.runsDir)
+	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	projects := filepath.Join(dir, "projects.yaml")
+	registry := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n", gitRepo(t))
+	if err := os.WriteFile(projects, []byte(registry), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	common := func(name string) service.Common {
+		return service.Common{NATSURL: c.url(), StreamReplicas: 3, DataDir: filepath.Join(dir, name)}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys.gatewayURL = "http://" + ln.Addr().String()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	runnerCfg := func(name string) runner.Config {
+		return runner.Config{Common: common(name), ProjectsFile: projects, Name: name, MaxConcurrency: 4, MaxAttempts: 5,
+			RetryDelay: 100 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 5 * time.Second,
+			ShutdownGrace: 2 * time.Second}
+	}
+	runs := map[string]func() error{
+		"gateway": func() error {
+			return gateway.Run(ctx, gateway.Config{Common: common("gateway"), ProjectsFile: projects,
+				GiteaSecret: clusterGiteaSecret, PlaneSecret: "unused", Listener: ln}, log.Named("gateway"))
+		},
+		"runner-1": func() error { return runner.Run(ctx, runnerCfg("runner-1"), log.Named("runner-1")) },
+		"runner-2": func() error { return runner.Run(ctx, runnerCfg("runner-2"), log.Named("runner-2")) },
+		"notifier": func() error {
+			return notifier.Run(ctx, notifier.Config{Common: common("notifier")}, log.Named("notifier"))
+		},
+	}
+	for name, run := range runs {
+		wg.Go(func() {
+			if err := run(); err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	natstest.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		resp, err := http.Get(sys.gatewayURL + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s", resp.Status)
+		}
+		return nil
+	})
+	return sys
+}
+
+// postPR sends the pull request fixture with number pr, signed as Gitea
+// signs it, and returns the id of the one job the gateway names. A 503
+// (neither published nor spooled) is tried again: it promises nothing.
+func (s *orchSystem) postPR(t *testing.T, pr int) string {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/pull_request__opened.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal(raw, &payload); err != nil {
+		t.Fatal(err)
+	}
+	payload["number"] = pr
+	payload["pull_request"].(map[string]any)["number"] = pr
+	body, _ := json.Marshal(payload)
+
+	var id string
+	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
+		req, _ := http.NewRequest(http.MethodPost, s.gatewayURL+"/webhooks/gitea", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Gitea-Event-Type", "pull_request")
+		req.Header.Set("X-Gitea-Delivery", fmt.Sprintf("delivery-%d", pr))
+		req.Header.Set("X-Gitea-Signature", webhook.Sign(clusterGiteaSecret, body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return fmt.Errorf("PR %d: 503 %s", pr, answer)
+		}
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("PR %d: webhook answered %d %s, want 202", pr, resp.StatusCode, answer)
+		}
+		var ans struct {
+			Jobs []struct{ ID string } `json:"jobs"`
+		}
+		if err := json.Unmarshal(answer, &ans); err != nil || len(ans.Jobs) != 1 {
+			t.Fatalf("PR %d: answer %s: want one job", pr, answer)
+		}
+		id = ans.Jobs[0].ID
+		return nil
+	})
+	return id
+}
+
+// runs counts the agent's runs of job id.
+func (s *orchSystem) runs(t *testing.T, id string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.runsDir, id))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(data), "\n")
+}
+
+// TestClusterFailover runs orch on a three-node JetStream cluster with R3
+// streams, shuts down the node that leads JOBS while jobs flow, starts it
+// again, and checks that every job ran exactly once and ended done.
+func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	start := time.Now()
+	c := startCluster(t)
+	sys := startOrch(t, c)
+	nc, js := c.connect(t)
+	defer nc.Close()
+	ctx := context.Background()
+
+	// ORCH_STREAM_REPLICAS=3 reached every stream and the bucket.
+	for _, name := range []string{proto.StreamJobs, proto.StreamAdvisories, proto.StreamDLQ, "KV_" + proto.BucketJobs} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		if r := st.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("stream %s has %d replicas, want 3", name, r)
+		}
+	}
+
+	var ids []string
+	queue := func(from, to int) {
+		for pr := from; pr < to; pr++ {
+			ids = append(ids, sys.postPR(t, pr))
+		}
+	}
+	queue(100, 106)
+
+	// Shut down the node that leads JOBS while those jobs are running.
+	leader := streamLeader(t, js, proto.StreamJobs)
+	t.Logf("%v: shutting down %s, leader of %s", time.Since(start).Round(time.Millisecond), leader, proto.StreamJobs)
+	down := c.node(t, leader)
+	down.Shutdown()
+	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
+		l, err := streamLeaderErr(js, proto.StreamJobs)
+		if err != nil {
+			return err
+		}
+		if l == leader {
+			return fmt.Errorf("%s still names %s as leader", proto.StreamJobs, l)
+		}
+		return nil
+	})
+	t.Logf("%v: new leader elected", time.Since(start).Round(time.Millisecond))
+	queue(200, 206) // while one node of three is down
+	st := status.New(kvBucket(t, js))
+	waitDone(t, st, ids) // jobs flow on two nodes of three
+	t.Logf("%v: %d jobs done with %s down", time.Since(start).Round(time.Millisecond), len(ids), leader)
+
+	if err := down.Start(); err != nil {
+		t.Fatalf("restarting %s: %v", leader, err)
+	}
+	t.Logf("%v: %s restarted", time.Since(start).Round(time.Millisecond), leader)
+	queue(300, 306)
+
+	// Every job ends done, none lost.
+	waitDone(t, st, ids)
+	t.Logf("%v: all %d jobs done", time.Since(start).Round(time.Millisecond), len(ids))
+
+	// The rejoined node catches up: JOBS is empty on every replica
+	// (WorkQueue: acked jobs are removed) once the cluster is whole.
+	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
+		s, err := js.Stream(ctx, proto.StreamJobs)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 0 {
+			return fmt.Errorf("%s still holds %d messages", proto.StreamJobs, info.State.Msgs)
+		}
+		if info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			return fmt.Errorf("%s replicas: %+v", proto.StreamJobs, info.Cluster)
+		}
+		for _, r := range info.Cluster.Replicas {
+			if !r.Current {
+				return fmt.Errorf("%s replica %s not current", proto.StreamJobs, r.Name)
+			}
+		}
+		return nil
+	})
+
+	// Exactly once: an agent run per job, and nothing ran twice.
+	for _, id := range ids {
+		if n := sys.runs(t, id); n != 1 {
+			t.Errorf("job %s: agent ran %d times, want 1", id, n)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(ids)))) != len(ids) {
+		t.Errorf("job ids are not distinct: %v", ids)
+	}
+	t.Logf("%v: done", time.Since(start).Round(time.Millisecond))
+}
+
+func streamLeader(t *testing.T, js jetstream.JetStream, name string) string {
+	t.Helper()
+	var leader string
+	natstest.CheckFor(t, 30*time.Second, 250*time.Millisecond, func() error {
+		var err error
+		leader, err = streamLeaderErr(js, name)
+		return err
+	})
+	return leader
+}
+
+func streamLeaderErr(js jetstream.JetStream, name string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		return "", fmt.Errorf("stream %s has no leader", name)
+	}
+	return info.Cluster.Leader, nil
+}
+
+func kvBucket(t *testing.T, js jetstream.JetStream) jetstream.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, proto.BucketJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// waitDone waits until the status record of every job in ids says done.
+func waitDone(t *testing.T, st *status.Store, ids []string) {
+	t.Helper()
+	natstest.CheckFor(t, 120*time.Second, 250*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var notDone []string
+		for _, id := range ids {
+			rec, _, err := st.Get(ctx, id)
+			if err != nil {
+				notDone = append(notDone, id+": "+err.Error())
+				continue
+			}
+			if rec.State != proto.StateDone {
+				notDone = append(notDone, id+": "+string(rec.State))
+			}
+		}
+		if len(notDone) > 0 {
+			return fmt.Errorf("%d of %d jobs not done: %v", len(notDone), len(ids), notDone)
+		}
+		return nil
+	})
+}

@@ -1,5 +1,6 @@
 // Package gateway is orch's front door: it verifies webhooks from Gitea and
-// Plane, turns them into jobs on JetStream, and answers the queue API.
+// Plane, turns them into jobs on JetStream (or into the local spool while
+// JetStream is away), and answers the queue API.
 package gateway
 
 import (
@@ -9,8 +10,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,30 +24,50 @@ import (
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/gateway/api"
+	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
+	"github.com/orch-dev/orch/services/gateway/spool"
 )
 
 // Defaults of the gateway's settings.
 const (
-	HTTPAddrDefault     = ":8080"
+	// HTTPAddrDefault is the default of ORCH_HTTP_ADDR.
+	HTTPAddrDefault = ":8080"
+	// ProjectsFileDefault is the default of ORCH_PROJECTS_FILE.
 	ProjectsFileDefault = "projects.yaml"
+	// MaxBodyBytesDefault is the default of ORCH_MAX_BODY_BYTES.
 	MaxBodyBytesDefault = 5 << 20
-	ShutdownGrace       = 10 * time.Second
+	// ShutdownGrace is how long in-flight requests may take to finish
+	// once the gateway is told to stop.
+	ShutdownGrace = 10 * time.Second
+	// SpoolDirName is the spool's directory under ORCH_DATA_DIR.
+	SpoolDirName = "spool"
+)
+
+// HTTP server timeouts. A webhook body is small and Gitea waits 5 s for
+// the answer, so slow clients are cut off early.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 30 * time.Second
+	WriteTimeout      = 30 * time.Second
+	IdleTimeout       = 2 * time.Minute
 )
 
 // Config is the gateway's configuration, read from ORCH_ variables.
 type Config struct {
 	service.Common
-	// HTTPAddr is the listen address. Default ":8080".
+	// HTTPAddr is the listen address. Default HTTPAddrDefault.
 	HTTPAddr string `env:"HTTP_ADDR"`
-	// ProjectsFile is the project registry. Default "projects.yaml".
+	// ProjectsFile is the project registry; SIGHUP reloads it. Default
+	// ProjectsFileDefault.
 	ProjectsFile string `env:"PROJECTS_FILE"`
 	// GiteaSecret and PlaneSecret verify webhook signatures. Required.
 	GiteaSecret string `env:"GITEA_SECRET"`
 	PlaneSecret string `env:"PLANE_SECRET"`
-	// APIToken guards the write endpoints; empty disables them.
+	// APIToken guards the write endpoints; empty disables them (403).
 	APIToken string `env:"API_TOKEN"`
-	// MaxBodyBytes bounds a webhook body; larger ones get 413. Default 5MiB.
+	// MaxBodyBytes bounds a webhook body; larger ones get 413. Default
+	// MaxBodyBytesDefault (5MiB).
 	MaxBodyBytes service.ByteSize `env:"MAX_BODY_BYTES"`
 	// PublicURL is the base URL of links to a job.
 	PublicURL string `env:"PUBLIC_URL"`
@@ -75,6 +100,10 @@ func (c *Config) Validate() error {
 }
 
 // Run serves until ctx is cancelled, then finishes in-flight requests.
+//
+// The HTTP server starts at once, even while NATS is unreachable: webhooks
+// are then spooled under ORCH_DATA_DIR and carried out, in order, once
+// JetStream answers.
 func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -87,11 +116,18 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	var current atomic.Pointer[registry.Registry]
 	current.Store(reg)
 
-	nc, js, kv, err := service.Connect(ctx, cfg.Common, "gateway", log)
+	sp, err := spool.Open(filepath.Join(cfg.DataDir, SpoolDirName))
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	index := api.NewIndex()
+	m := metrics.New(sp.Depth, index.Counts)
+	q := queue.New(sp, index, m, log.Named("queue"))
+	srv := &api.Server{
+		Log: log.Named("http"), Queue: q, Index: index, Metrics: m, Registry: current.Load,
+		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
+		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
+	}
 
 	ln := cfg.Listener
 	if ln == nil {
@@ -100,31 +136,43 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Background work (NATS, the index, the spool, reloads) stops only
+	// after the HTTP server has finished its in-flight requests.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { stopBG(); wg.Wait() }()
 
-	index := api.NewIndex()
-	wg.Go(func() { index.Watch(ctx, kv, log.Named("index")) })
+	wg.Go(func() {
+		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", log)
+		if err != nil {
+			return // bg ended before NATS answered
+		}
+		defer nc.Close()
+		st := status.New(kv)
+		q.Connect(nc, js, st)
+		srv.Connect(nc, js, st)
+		log.Info("jetstream connected", zap.Int("spool_depth", sp.Depth()))
+		index.Watch(bg, kv, log.Named("index"))
+	})
+	wg.Go(func() { q.Drain(bg, spool.RetryDelayDefault) })
 
-	st := status.New(kv)
-	srv := &api.Server{
-		Log: log, NC: nc, JS: js, Status: st, Queue: queue.New(js, st), Index: index,
-		Registry: current.Load, GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret,
-		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
-	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Go(func() { reloadOnSignal(bg, hup, cfg.ProjectsFile, &current, m, log) })
+
 	hs := &http.Server{
 		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
 	errc := make(chan error, 1)
-	wg.Go(func() { errc <- hs.Serve(ln) })
-	log.Info("gateway listening", zap.String("addr", ln.Addr().String()), zap.Int("projects", len(reg.Projects())))
+	go func() { errc <- hs.Serve(ln) }() // ends with Shutdown below, which waits for it
+	log.Info("gateway listening", zap.String("addr", ln.Addr().String()), zap.Int("projects", len(reg.Projects())),
+		zap.String("spool", sp.Dir()), zap.Int("spool_depth", sp.Depth()))
 
 	select {
 	case <-ctx.Done():
@@ -136,6 +184,30 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err := hs.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutting down http: %w", err)
 	}
-	log.Info("gateway stopped")
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving http: %w", err)
+	}
+	log.Info("gateway stopped", zap.Int("spool_depth", sp.Depth()))
 	return nil
+}
+
+// reloadOnSignal reloads the registry on every signal on hup. A file that
+// does not load leaves the old registry in place; the error names the line.
+func reloadOnSignal(ctx context.Context, hup <-chan os.Signal, path string, current *atomic.Pointer[registry.Registry], m *metrics.Metrics, log *zap.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		reg, err := registry.Load(path)
+		if err != nil {
+			m.Reloads.WithLabelValues("error").Inc()
+			log.Error("reloading the project registry failed, keeping the old one", zap.Error(err))
+			continue
+		}
+		current.Store(reg)
+		m.Reloads.WithLabelValues("ok").Inc()
+		log.Info("project registry reloaded", zap.String("file", path), zap.Int("projects", len(reg.Projects())))
+	}
 }

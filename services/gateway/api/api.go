@@ -1,5 +1,5 @@
-// Package api is the gateway's HTTP surface: the webhook endpoints and the
-// queue API.
+// Package api is the gateway's HTTP surface: the webhook endpoints, the
+// queue API and /metrics.
 package api
 
 import (
@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -18,43 +19,64 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 )
 
 // RecentLimitDefault is how many jobs GET /queue lists without ?limit=.
 const RecentLimitDefault = 20
 
-// Server answers the gateway's HTTP requests.
+// RecentLimitMax bounds ?limit= of GET /queue.
+const RecentLimitMax = 1000
+
+// Server answers the gateway's HTTP requests. Its exported fields are set
+// before Handler is called; Connect is called once NATS is reachable.
 type Server struct {
 	Log          *zap.Logger
-	NC           *nats.Conn
-	JS           jetstream.JetStream
-	Status       *status.Store
 	Queue        *queue.Queue
 	Index        *Index
+	Metrics      *metrics.Metrics
 	Registry     func() *registry.Registry
 	GiteaSecret  string
 	PlaneSecret  string
+	APIToken     string
 	MaxBodyBytes int64
 	Now          func() time.Time
+
+	backend atomic.Pointer[backend]
 }
 
-// Handler returns the router.
+type backend struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	status *status.Store
+}
+
+// Connect gives the server its NATS connection, once there is one.
+func (s *Server) Connect(nc *nats.Conn, js jetstream.JetStream, st *status.Store) {
+	s.backend.Store(&backend{nc: nc, js: js, status: st})
+}
+
+// Handler returns the router, wrapped in the request id and access log.
 func (s *Server) Handler() http.Handler {
 	r := mux.NewRouter()
 	r.HandleFunc("/webhooks/gitea", s.giteaWebhook).Methods(http.MethodPost)
 	r.HandleFunc("/webhooks/plane", s.planeWebhook).Methods(http.MethodPost)
 	r.HandleFunc("/queue", s.queue).Methods(http.MethodGet)
+	r.HandleFunc("/jobs", s.authorized(s.enqueue)).Methods(http.MethodPost)
 	r.HandleFunc("/jobs/{id}", s.job).Methods(http.MethodGet)
+	r.HandleFunc("/jobs/{id}/cancel", s.authorized(s.cancel)).Methods(http.MethodPost)
+	r.HandleFunc("/jobs/{id}/retry", s.authorized(s.retry)).Methods(http.MethodPost)
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
+	r.Handle("/metrics", s.Metrics.Handler()).Methods(http.MethodGet)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed here")
 	})
-	return r
+	return s.withRequestID(r)
 }
 
 // writeJSON answers with v as JSON.
@@ -64,9 +86,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// ErrorAnswer is the body of every error answer.
+type ErrorAnswer struct {
+	Error string `json:"error"`
+}
+
 // writeError answers {"error": msg}.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+	writeJSON(w, code, ErrorAnswer{Error: msg})
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -74,8 +101,13 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	if s.NC.Status() != nats.CONNECTED {
-		writeError(w, http.StatusServiceUnavailable, "nats: "+s.NC.Status().String())
+	b := s.backend.Load()
+	if b == nil {
+		writeError(w, http.StatusServiceUnavailable, "nats: not connected yet")
+		return
+	}
+	if b.nc.Status() != nats.CONNECTED {
+		writeError(w, http.StatusServiceUnavailable, "nats: "+b.nc.Status().String())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -86,6 +118,7 @@ type QueueAnswer struct {
 	Counts   map[proto.State]int `json:"counts"`
 	Stream   *StreamFigures      `json:"stream"`
 	Consumer *ConsumerFigures    `json:"consumer"`
+	Spool    SpoolFigures        `json:"spool"`
 	Recent   []Recent            `json:"recent"`
 }
 
@@ -106,30 +139,42 @@ type ConsumerFigures struct {
 	Waiting     int    `json:"waiting"`
 }
 
+// SpoolFigures describe the gateway's local spool: Depth events wait for
+// JetStream.
+type SpoolFigures struct {
+	Depth int `json:"depth"`
+}
+
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	limit := RecentLimitDefault
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1000 {
+		if err != nil || n < 0 || n > RecentLimitMax {
 			writeError(w, http.StatusBadRequest, "limit: want a number from 0 to 1000")
 			return
 		}
 		limit = n
 	}
-	ans := QueueAnswer{Counts: s.Index.Counts(), Recent: s.Index.Recent(limit)}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	// Stream and consumer figures are best effort: the counts and the
-	// recent list still answer while NATS is away.
-	if st, err := s.JS.Stream(ctx, proto.StreamJobs); err == nil {
-		if info, err := st.Info(ctx); err == nil {
-			ans.Stream = &StreamFigures{Name: info.Config.Name, Messages: info.State.Msgs, Bytes: info.State.Bytes}
-		}
-		if c, err := st.Consumer(ctx, proto.ConsumerRunner); err == nil {
-			if info, err := c.Info(ctx); err == nil {
-				ans.Consumer = &ConsumerFigures{
-					Name: info.Name, Pending: info.NumPending, Running: info.NumAckPending,
-					Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
+	ans := QueueAnswer{
+		Counts: s.Index.Counts(), Recent: s.Index.Recent(limit),
+		Spool: SpoolFigures{Depth: s.Queue.SpoolDepth()},
+	}
+	// Stream and consumer figures are best effort: the counts, the recent
+	// list and the spool still answer while NATS is away. Both are O(1)
+	// info requests, whatever the queue depth.
+	if b := s.backend.Load(); b != nil && b.nc.Status() == nats.CONNECTED {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if st, err := b.js.Stream(ctx, proto.StreamJobs); err == nil {
+			if info, err := st.Info(ctx); err == nil {
+				ans.Stream = &StreamFigures{Name: info.Config.Name, Messages: info.State.Msgs, Bytes: info.State.Bytes}
+			}
+			if c, err := st.Consumer(ctx, proto.ConsumerRunner); err == nil {
+				if info, err := c.Info(ctx); err == nil {
+					ans.Consumer = &ConsumerFigures{
+						Name: info.Name, Pending: info.NumPending, Running: info.NumAckPending,
+						Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
+					}
 				}
 			}
 		}
@@ -149,19 +194,42 @@ type JobStatus struct {
 	Job *struct{} `json:"job,omitempty"`
 }
 
-func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+// status returns the status store, answering 503 when there is none yet.
+func (s *Server) status(w http.ResponseWriter) (*backend, bool) {
+	b := s.backend.Load()
+	if b == nil {
+		writeError(w, http.StatusServiceUnavailable, "status store unavailable: not connected to NATS yet")
+		return nil, false
+	}
+	return b, true
+}
+
+// jobID reads {id}, answering 404 for one that cannot name a job.
+func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := mux.Vars(r)["id"]
-	if proto.Token(id) != id {
+	if id == "" || proto.Token(id) != id {
 		writeError(w, http.StatusNotFound, "no such job")
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobID(w, r)
+	if !ok {
 		return
 	}
-	st, _, err := s.Status.Get(r.Context(), id)
+	b, ok := s.status(w)
+	if !ok {
+		return
+	}
+	st, _, err := b.status.Get(r.Context(), id)
 	if errors.Is(err, status.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no such job")
 		return
 	}
 	if err != nil {
-		s.Log.Warn("reading job", zap.String("job", id), zap.Error(err))
+		logFrom(r).Warn("reading job", zap.String("job", id), zap.Error(err))
 		writeError(w, http.StatusServiceUnavailable, "status store unavailable")
 		return
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"container/list"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +20,8 @@ import (
 type Index struct {
 	mu     sync.RWMutex
 	byID   map[string]*list.Element
-	recent *list.List // of *Recent, most recently changed first
+	byTask map[taskKey]map[string]struct{} // job ids of each task
+	recent *list.List                      // of *Recent, most recently changed first
 	counts map[proto.State]int
 	synced bool
 }
@@ -35,9 +37,14 @@ type Recent struct {
 	UpdatedAt time.Time   `json:"updated_at"`
 }
 
+type taskKey struct{ project, task string }
+
 // NewIndex returns an empty index.
 func NewIndex() *Index {
-	return &Index{byID: map[string]*list.Element{}, recent: list.New(), counts: map[proto.State]int{}}
+	return &Index{
+		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{},
+		recent: list.New(), counts: map[proto.State]int{},
+	}
 }
 
 // Watch follows the bucket until ctx ends, restarting the watch when it
@@ -103,16 +110,41 @@ func (ix *Index) Put(st *proto.Status) {
 	}
 	ix.counts[r.State]++
 	ix.byID[r.ID] = ix.recent.PushFront(r)
+	k := taskKey{r.Project, r.Task}
+	if ix.byTask[k] == nil {
+		ix.byTask[k] = map[string]struct{}{}
+	}
+	ix.byTask[k][r.ID] = struct{}{}
 }
 
 func (ix *Index) remove(id string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if el, ok := ix.byID[id]; ok {
-		ix.counts[el.Value.(*Recent).State]--
+		r := el.Value.(*Recent)
+		ix.counts[r.State]--
 		ix.recent.Remove(el)
 		delete(ix.byID, id)
+		k := taskKey{r.Project, r.Task}
+		delete(ix.byTask[k], id)
+		if len(ix.byTask[k]) == 0 {
+			delete(ix.byTask, k)
+		}
 	}
+}
+
+// OpenJobs returns the ids of the task's jobs that have not ended.
+func (ix *Index) OpenJobs(project, task string) []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var out []string
+	for id := range ix.byTask[taskKey{project, task}] {
+		if !ix.byID[id].Value.(*Recent).State.Terminal() {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Counts returns the number of jobs in each state, every state present.

@@ -1,24 +1,21 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/trigger"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 
-// PublishTimeout bounds how long a webhook waits for JetStream. Gitea gives
-// up after 5 s, so the answer must come well before.
-const PublishTimeout = 3 * time.Second
-
-// JobRef names one queued job in a webhook's answer.
+// JobRef names one job in an answer.
 type JobRef struct {
 	ID      string     `json:"id"`
 	Kind    proto.Kind `json:"kind"`
@@ -26,81 +23,135 @@ type JobRef struct {
 	Task    string     `json:"task"`
 }
 
-// Accepted is the body of a 202 webhook answer.
-type Accepted struct {
-	Jobs    []JobRef `json:"jobs"`
-	Spooled bool     `json:"spooled,omitempty"`
+func refOf(j *proto.Job) JobRef {
+	return JobRef{ID: j.ID, Kind: j.Kind, Project: j.Project, Task: j.Task.ID}
 }
 
-// readBody reads a webhook body up to the limit, answering 413 past it.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, "body larger than ORCH_MAX_BODY_BYTES")
-		return nil, false
-	}
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "reading body: "+err.Error())
-		return nil, false
-	}
-	return body, true
+// Accepted is the body of a 202 webhook answer. Spooled says the event is
+// kept on the gateway's disk until JetStream is back; the job ids are
+// final either way.
+type Accepted struct {
+	Jobs    []JobRef        `json:"jobs"`
+	Cancel  *trigger.Cancel `json:"cancel,omitempty"`
+	Spooled bool            `json:"spooled,omitempty"`
 }
+
+// Ignored is the body of a webhook orch does not act on.
+type Ignored struct {
+	Ignored string `json:"ignored"`
+}
+
+// webhookSource describes one sender.
+type webhookSource struct {
+	name        string
+	sigHeader   string
+	eventHeader string
+	delivery    string
+	decide      func(s *Server, event, delivery string, body []byte) (trigger.Decision, error)
+}
+
+var (
+	giteaSource = webhookSource{
+		name: "gitea", sigHeader: webhook.GiteaSignature,
+		eventHeader: webhook.GiteaEventType, delivery: webhook.GiteaDelivery,
+		decide: func(s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
+			return trigger.Gitea(s.Registry(), event, delivery, body, s.nowUTC())
+		},
+	}
+	planeSource = webhookSource{
+		name: "plane", sigHeader: webhook.PlaneSignature,
+		eventHeader: webhook.PlaneEventHeader, delivery: webhook.PlaneDelivery,
+		decide: func(s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
+			return trigger.Plane(s.Registry(), event, delivery, body, s.nowUTC())
+		},
+	}
+)
 
 func (s *Server) giteaWebhook(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
-	if err := webhook.Verify(s.GiteaSecret, body, r.Header.Get(webhook.GiteaSignature)); err != nil {
-		writeError(w, http.StatusUnauthorized, err.Error())
-		return
-	}
-	event, delivery := r.Header.Get(webhook.GiteaEventType), r.Header.Get(webhook.GiteaDelivery)
-	log := s.Log.With(zap.String("source", "gitea"), zap.String("event", event), zap.String("delivery", delivery))
-	d, err := trigger.Gitea(s.Registry(), event, delivery, body, s.Now())
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	s.act(w, r, log, d)
+	s.webhook(w, r, giteaSource, s.GiteaSecret)
 }
 
 func (s *Server) planeWebhook(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
-	if err := webhook.Verify(s.PlaneSecret, body, r.Header.Get("X-Plane-Signature")); err != nil {
-		writeError(w, http.StatusUnauthorized, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"ignored": "plane triggers are not implemented yet"})
+	s.webhook(w, r, planeSource, s.PlaneSecret)
 }
 
-// act carries out a trigger decision and answers the webhook.
-func (s *Server) act(w http.ResponseWriter, r *http.Request, log *zap.Logger, d trigger.Decision) {
-	if d.Ignored != "" {
-		log.Info("webhook ignored", zap.String("reason", d.Ignored))
-		writeJSON(w, http.StatusOK, map[string]string{"ignored": d.Ignored})
-		return
+// webhook verifies, decides and carries out one delivery. It answers 202
+// only once JetStream or the spool holds the decision: the senders never
+// send an event twice.
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSource, secret string) {
+	event, delivery := r.Header.Get(src.eventHeader), r.Header.Get(src.delivery)
+	log := logFrom(r).With(zap.String("source", src.name), zap.String("event", event), zap.String("delivery", delivery))
+	count := func(outcome string) {
+		// The event label comes from a header: bound it before it names
+		// a time series.
+		e := event
+		if len(e) > 40 || proto.Token(e) != e {
+			e = "other"
+		}
+		s.Metrics.Webhooks.WithLabelValues(src.name, e, outcome).Inc()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), PublishTimeout)
-	defer cancel()
-	ans := Accepted{Jobs: []JobRef{}}
-	for i := range d.Jobs {
-		job := &d.Jobs[i]
-		jlog := log.With(zap.String("job", job.ID))
-		res, err := s.Queue.Enqueue(ctx, job)
-		if err != nil {
-			jlog.Error("queueing job", zap.Error(err))
-			w.Header().Set("Retry-After", "5")
-			writeError(w, http.StatusServiceUnavailable, "could not queue the job: JetStream unavailable")
+	fail := func(code int, outcome, msg string) {
+		count(outcome)
+		log.Info("webhook refused", zap.Int("status", code), zap.String("reason", msg))
+		writeError(w, code, msg)
+	}
+
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			fail(http.StatusUnsupportedMediaType, metrics.OutcomeUnsupported,
+				"content type "+ct+" is not supported: set the webhook's content type to application/json")
 			return
 		}
-		jlog.Info("job queued", zap.String("kind", string(job.Kind)), zap.String("project", job.Project),
-			zap.String("task", job.Task.ID), zap.Bool("duplicate", res.Duplicate))
-		ans.Jobs = append(ans.Jobs, JobRef{ID: job.ID, Kind: job.Kind, Project: job.Project, Task: job.Task.ID})
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		fail(http.StatusRequestEntityTooLarge, metrics.OutcomeTooLarge, "body larger than ORCH_MAX_BODY_BYTES")
+		return
+	}
+	if err != nil {
+		fail(http.StatusBadRequest, metrics.OutcomeMalformed, "reading body: "+err.Error())
+		return
+	}
+	if err := webhook.Verify(secret, body, r.Header.Get(src.sigHeader)); err != nil {
+		fail(http.StatusUnauthorized, metrics.OutcomeUnauthorized, err.Error())
+		return
+	}
+	d, err := src.decide(s, event, delivery, body)
+	if err != nil {
+		fail(http.StatusBadRequest, metrics.OutcomeMalformed, err.Error())
+		return
+	}
+	if d.Ignored != "" {
+		count(metrics.OutcomeIgnored)
+		log.Info("webhook ignored", zap.String("reason", d.Ignored))
+		writeJSON(w, http.StatusOK, Ignored{Ignored: d.Ignored})
+		return
+	}
+	spooled, err := s.Queue.Apply(r.Context(), src.name, event, d, log)
+	if err != nil {
+		count(metrics.OutcomeFailed)
+		log.Error("event could be neither queued nor spooled", zap.Error(err))
+		w.Header().Set("Retry-After", "5")
+		writeError(w, http.StatusServiceUnavailable, "could not queue the event: JetStream unavailable and the spool failed")
+		return
+	}
+	ans := Accepted{Jobs: []JobRef{}, Cancel: d.Cancel, Spooled: spooled}
+	for i := range d.Jobs {
+		ans.Jobs = append(ans.Jobs, refOf(&d.Jobs[i]))
+	}
+	if spooled {
+		count(metrics.OutcomeSpooled)
+	} else {
+		count(metrics.OutcomeQueued)
 	}
 	writeJSON(w, http.StatusAccepted, ans)
+}
+
+// nowUTC is the server's clock.
+func (s *Server) nowUTC() time.Time {
+	if s.Now == nil {
+		return time.Now().UTC()
+	}
+	return s.Now().UTC()
 }

@@ -1,7 +1,12 @@
-// Package queue puts jobs on the JOBS stream. A job counts as queued only
-// once JetStream has acked it, and each job is published at most once per
-// dedupe key: JetStream's duplicate window catches quick repeats, the KV
-// status record catches the rest.
+// Package queue carries out trigger decisions: it puts jobs on the JOBS
+// stream and cancels a task's open jobs, or, while JetStream is away,
+// keeps the decision in the spool and carries it out when it is back.
+//
+// A job counts as queued only once JetStream has acked it, and each job is
+// published at most once per dedupe key: JetStream's duplicate window
+// catches quick repeats, the job's KV status record (created if absent
+// right after the publish) catches the rest, also after a JetStream
+// restart, when the window has forgotten acked messages.
 package queue
 
 import (
@@ -9,22 +14,83 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/services/gateway/metrics"
+	"github.com/orch-dev/orch/services/gateway/spool"
+	"github.com/orch-dev/orch/services/gateway/trigger"
 )
 
-// Queue publishes jobs.
+// Timing of Apply. Gitea gives up on a webhook after 5 s, so retries and
+// the spool write must fit well inside that.
+const (
+	// RetryBudget is how long Apply keeps trying JetStream before it
+	// spools the decision.
+	RetryBudget = 2 * time.Second
+	// AttemptTimeout bounds one attempt.
+	AttemptTimeout = time.Second
+	// RetryPause is the pause between attempts.
+	RetryPause = 200 * time.Millisecond
+)
+
+// ErrUnavailable is returned while JetStream cannot be used: not
+// connected yet, disconnected, or the job index not read yet.
+var ErrUnavailable = errors.New("jetstream unavailable")
+
+// Tasks finds the open jobs of a task (the api Index).
+type Tasks interface {
+	OpenJobs(project, task string) []string
+	Synced() bool
+}
+
+// Queue carries out decisions. Connect must be called once JetStream is
+// reachable; until then every decision is spooled.
 type Queue struct {
+	log     *zap.Logger
+	spool   *spool.Spool
+	tasks   Tasks
+	metrics *metrics.Metrics
+	conn    atomic.Pointer[conn]
+}
+
+type conn struct {
+	nc     *nats.Conn
 	js     jetstream.JetStream
 	status *status.Store
 }
 
-// New returns a Queue on js that records status in st.
-func New(js jetstream.JetStream, st *status.Store) *Queue {
-	return &Queue{js: js, status: st}
+// New returns a Queue that spools to sp and finds open jobs in tasks.
+func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, log *zap.Logger) *Queue {
+	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m}
+}
+
+// Connect makes JetStream available to the queue and wakes the spool.
+func (q *Queue) Connect(nc *nats.Conn, js jetstream.JetStream, st *status.Store) {
+	q.conn.Store(&conn{nc: nc, js: js, status: st})
+	q.spool.Kick()
+}
+
+// SpoolDepth is the number of decisions waiting in the spool.
+func (q *Queue) SpoolDepth() int { return q.spool.Depth() }
+
+func (q *Queue) ready() (*conn, error) {
+	c := q.conn.Load()
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w: not connected yet", ErrUnavailable)
+	case c.nc.Status() != nats.CONNECTED:
+		return nil, fmt.Errorf("%w: nats %s", ErrUnavailable, c.nc.Status())
+	case !q.tasks.Synced():
+		return nil, fmt.Errorf("%w: job index not read yet", ErrUnavailable)
+	}
+	return c, nil
 }
 
 // Result says what Enqueue did with one job.
@@ -36,7 +102,11 @@ type Result struct {
 // Enqueue publishes job unless it is already known, and records it as
 // queued. It returns only once JetStream holds the job.
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
-	if _, _, err := q.status.Get(ctx, job.ID); err == nil {
+	c, err := q.ready()
+	if err != nil {
+		return Result{}, err
+	}
+	if _, _, err := c.status.Get(ctx, job.ID); err == nil {
 		return Result{Duplicate: true}, nil
 	} else if !errors.Is(err, status.ErrNotFound) {
 		return Result{}, err
@@ -45,13 +115,122 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("encoding job %s: %w", job.ID, err)
 	}
-	ack, err := q.js.Publish(ctx, proto.JobSubject(job.Project, job.Kind), data, jetstream.WithMsgID(job.ID))
+	start := time.Now()
+	ack, err := c.js.Publish(ctx, proto.JobSubject(job.Project, job.Kind), data, jetstream.WithMsgID(job.ID))
 	if err != nil {
 		return Result{}, fmt.Errorf("publishing job %s: %w", job.ID, err)
 	}
-	// The runner may already have written a newer state; Create leaves it.
-	if _, err := q.status.Create(ctx, &proto.Status{Job: *job, State: proto.StateQueued}); err != nil {
+	q.metrics.ObservePublish(start)
+	// Create-if-absent: the runner may already have written a newer
+	// state, which Create leaves alone.
+	if _, err := c.status.Create(ctx, &proto.Status{Job: *job, State: proto.StateQueued}); err != nil {
 		return Result{}, err
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
+}
+
+// Cancel marks job id cancelled (the runners skip or stop it). It returns
+// status.ErrNotFound or status.ErrTerminal where they apply.
+func (q *Queue) Cancel(ctx context.Context, id string) (*proto.Status, error) {
+	c, err := q.ready()
+	if err != nil {
+		return nil, err
+	}
+	return c.status.Cancel(ctx, id)
+}
+
+// CancelTask cancels every open job of a task and returns their ids.
+func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string, error) {
+	if _, err := q.ready(); err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, id := range q.tasks.OpenJobs(project, task) {
+		_, err := q.Cancel(ctx, id)
+		if errors.Is(err, status.ErrTerminal) || errors.Is(err, status.ErrNotFound) {
+			continue // ended meanwhile; nothing left to stop
+		}
+		if err != nil {
+			return done, fmt.Errorf("cancelling job %s: %w", id, err)
+		}
+		q.log.Info("job cancelled", zap.String("job", id), zap.String("project", project), zap.String("task", task))
+		done = append(done, id)
+	}
+	return done, nil
+}
+
+// Do carries out d now: the cancel first, then the jobs. Doing it twice is
+// harmless, so a failed Do may simply be repeated.
+func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger) error {
+	if d.Cancel != nil {
+		ids, err := q.CancelTask(ctx, d.Cancel.Project, d.Cancel.Task)
+		if err != nil {
+			return err
+		}
+		log.Info("task cancelled", zap.String("project", d.Cancel.Project), zap.String("task", d.Cancel.Task),
+			zap.Strings("jobs", ids), zap.String("reason", d.Cancel.Reason))
+	}
+	for i := range d.Jobs {
+		job := &d.Jobs[i]
+		res, err := q.Enqueue(ctx, job)
+		if err != nil {
+			return err
+		}
+		log.Info("job queued", zap.String("job", job.ID), zap.String("kind", string(job.Kind)),
+			zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.Bool("duplicate", res.Duplicate))
+	}
+	return nil
+}
+
+// Apply carries out d for a webhook: now if JetStream answers within
+// RetryBudget, else in the spool. spooled reports the latter. While the
+// spool holds anything, d joins it, so events are carried out in the order
+// they arrived. An error means d could be neither carried out nor spooled.
+func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decision, log *zap.Logger) (spooled bool, err error) {
+	if q.spool.Depth() == 0 {
+		deadline := time.Now().Add(RetryBudget)
+		for {
+			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+			err = q.Do(actx, d, log)
+			cancel()
+			if err == nil {
+				return false, nil
+			}
+			if errors.Is(err, ErrUnavailable) || time.Now().Add(RetryPause).After(deadline) || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(RetryPause):
+			}
+		}
+		log.Warn("jetstream unavailable, spooling the event", zap.Error(err))
+	}
+	e := &spool.Entry{Source: source, Event: event, Cancel: d.Cancel, Jobs: d.Jobs, SpooledAt: time.Now().UTC()}
+	seq, serr := q.spool.Append(e)
+	if serr != nil {
+		return false, errors.Join(err, serr)
+	}
+	for _, j := range d.Jobs {
+		log.Info("job spooled", zap.String("job", j.ID), zap.Uint64("seq", seq), zap.String("kind", string(j.Kind)))
+	}
+	if d.Cancel != nil {
+		log.Info("task cancel spooled", zap.String("task", d.Cancel.Task), zap.Uint64("seq", seq))
+	}
+	return true, nil
+}
+
+// Drain carries out the spool, in order, until ctx ends.
+func (q *Queue) Drain(ctx context.Context, retry time.Duration) {
+	log := q.log.Named("spool")
+	q.spool.Run(ctx, func(ctx context.Context, e *spool.Entry) error {
+		elog := log.With(zap.Uint64("seq", e.Seq), zap.String("source", e.Source), zap.String("event", e.Event))
+		actx, cancel := context.WithTimeout(ctx, 10*AttemptTimeout)
+		defer cancel()
+		if err := q.Do(actx, trigger.Decision{Cancel: e.Cancel, Jobs: e.Jobs}, elog); err != nil {
+			return err
+		}
+		q.metrics.Drained.Inc()
+		return nil
+	}, retry, log)
 }

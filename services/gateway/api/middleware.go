@@ -1,0 +1,97 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// HeaderRequestID carries the request id: taken from the request when it
+// is a sane token, made up otherwise, and always sent back in the answer.
+const HeaderRequestID = "X-Request-Id"
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+type logKey struct{}
+
+// logFrom is the request's logger: every line carries its request id.
+func logFrom(r *http.Request) *zap.Logger {
+	if l, ok := r.Context().Value(logKey{}).(*zap.Logger); ok {
+		return l
+	}
+	return zap.NewNop()
+}
+
+// statusWriter remembers the answer's status code for the access log.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// withRequestID gives every request an id, a logger carrying it, and one
+// access log line.
+func (s *Server) withRequestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(HeaderRequestID)
+		if !requestIDPattern.MatchString(id) {
+			id = newRequestID()
+		}
+		w.Header().Set(HeaderRequestID, id)
+		log := s.Log.With(zap.String("request_id", id))
+		r = r.WithContext(context.WithValue(r.Context(), logKey{}, log))
+		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
+		next.ServeHTTP(sw, r)
+		lvl := log.Debug
+		if sw.code >= 500 {
+			lvl = log.Warn
+		}
+		lvl("http request", zap.String("method", r.Method), zap.String("path", r.URL.Path),
+			zap.Int("status", sw.code), zap.Duration("took", time.Since(start)))
+	})
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// authorized guards a write endpoint with the bearer token. With no token
+// configured the endpoint is off: 403, saying how to turn it on.
+func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.APIToken == "" {
+			writeError(w, http.StatusForbidden, "write endpoints are disabled: ORCH_API_TOKEN is not set")
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.APIToken)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="orch"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next(w, r)
+	}
+}

@@ -1,0 +1,98 @@
+// Package metrics holds the gateway's Prometheus metrics, in a registry of
+// their own so that several gateways (tests) can live in one process.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orch-dev/orch/proto"
+)
+
+// Outcomes of a webhook, the values of the outcome label.
+const (
+	OutcomeQueued       = "queued"
+	OutcomeSpooled      = "spooled"
+	OutcomeIgnored      = "ignored"
+	OutcomeUnauthorized = "unauthorized"
+	OutcomeMalformed    = "malformed"
+	OutcomeTooLarge     = "too_large"
+	OutcomeUnsupported  = "unsupported_media_type"
+	OutcomeFailed       = "failed"
+)
+
+// Metrics are the gateway's metrics.
+type Metrics struct {
+	reg *prometheus.Registry
+	// Webhooks counts deliveries by source (gitea, plane), event and
+	// outcome.
+	Webhooks *prometheus.CounterVec
+	// Publish observes how long JetStream took to hold a job.
+	Publish prometheus.Histogram
+	// Drained counts spool entries carried out.
+	Drained prometheus.Counter
+	// Reloads counts registry reloads by result (ok, error).
+	Reloads *prometheus.CounterVec
+}
+
+// New builds the metrics. spoolDepth and jobCounts are read at every
+// scrape, so the figures are never stale.
+func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		Webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_gateway_webhooks_total",
+			Help: "Webhook deliveries by source, event and outcome.",
+		}, []string{"source", "event", "outcome"}),
+		Publish: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orch_gateway_publish_seconds",
+			Help:    "Time until JetStream acknowledged a published job.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		Drained: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orch_gateway_spool_drained_total",
+			Help: "Spooled events carried out once JetStream was back.",
+		}),
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_gateway_registry_reloads_total",
+			Help: "Project registry reloads (SIGHUP) by result.",
+		}, []string{"result"}),
+	}
+	spool := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "orch_gateway_spool_depth",
+		Help: "Events kept on local disk, waiting for JetStream.",
+	}, func() float64 { return float64(spoolDepth()) })
+	m.reg.MustRegister(m.Webhooks, m.Publish, m.Drained, m.Reloads, spool, jobsCollector{jobCounts},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// ObservePublish records one publish that took since start.
+func (m *Metrics) ObservePublish(start time.Time) {
+	m.Publish.Observe(time.Since(start).Seconds())
+}
+
+var jobsDesc = prometheus.NewDesc("orch_jobs", "Jobs by state, as the status bucket says now.", []string{"state"}, nil)
+
+// jobsCollector reports the index's count of jobs per state.
+type jobsCollector struct {
+	counts func() map[proto.State]int
+}
+
+func (c jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
+
+func (c jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.counts()
+	for _, s := range proto.States {
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+}

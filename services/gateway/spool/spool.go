@@ -1,0 +1,294 @@
+// Package spool keeps verified webhook events on local disk while
+// JetStream is unreachable, and hands them back in order once it is back.
+//
+// Gitea and Plane never resend an event the gateway answered, so an event
+// the gateway has said yes to must survive a JetStream outage and a
+// gateway restart. The layout under the spool directory is one file per
+// event:
+//
+//	00000000000000000001.json   an Entry, as JSON
+//	00000000000000000002.json
+//	...
+//
+// named by a sequence number that only grows (it restarts after the
+// highest name found at Open). A file is written as <seq>.tmp, fsynced,
+// renamed to <seq>.json and the directory fsynced, so a crash leaves either
+// the whole entry or none. An entry is deleted once it has been carried
+// out; a file that cannot be decoded is renamed <seq>.bad and skipped.
+package spool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/trigger"
+)
+
+// RetryDelayDefault is how long Run waits after a failed entry before it
+// tries again (it is woken earlier by Kick).
+const RetryDelayDefault = time.Second
+
+// Entry is one spooled event: what the gateway decided to do with it.
+type Entry struct {
+	// Seq orders entries; it is the file name, not stored in it.
+	Seq uint64 `json:"-"`
+	// Source and Event say where the event came from, for logs.
+	Source string `json:"source"`
+	Event  string `json:"event,omitempty"`
+	// Cancel and Jobs are the trigger decision, carried out in this
+	// order.
+	Cancel *trigger.Cancel `json:"cancel,omitempty"`
+	Jobs   []proto.Job     `json:"jobs,omitempty"`
+	// SpooledAt is when the entry was written.
+	SpooledAt time.Time `json:"spooled_at"`
+}
+
+// Spool is a directory of entries. Its methods are safe for concurrent use.
+type Spool struct {
+	dir  string
+	kick chan struct{}
+
+	mu    sync.Mutex
+	next  uint64
+	depth int
+}
+
+// Open opens (creating it if needed) the spool in dir.
+func Open(dir string) (*Spool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating spool: %w", err)
+	}
+	s := &Spool{dir: dir, kick: make(chan struct{}, 1), next: 1}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading spool: %w", err)
+	}
+	for _, e := range names {
+		name := e.Name()
+		base, ext, _ := strings.Cut(name, ".")
+		seq, err := strconv.ParseUint(base, 10, 64)
+		if err != nil {
+			continue
+		}
+		s.next = max(s.next, seq+1)
+		switch ext {
+		case "json":
+			s.depth++
+		case "tmp": // a write that never finished: never answered either
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+	}
+	return s, nil
+}
+
+// Dir is the spool's directory.
+func (s *Spool) Dir() string { return s.dir }
+
+// Depth is the number of entries waiting.
+func (s *Spool) Depth() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.depth
+}
+
+// Append writes e durably and returns its sequence. Only once it returns
+// nil may the event be answered.
+func (s *Spool) Append(e *Entry) (uint64, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, fmt.Errorf("encoding spool entry: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq := s.next
+	tmp := filepath.Join(s.dir, fileName(seq, "tmp"))
+	if err := writeSync(tmp, data); err != nil {
+		_ = os.Remove(tmp)
+		return 0, fmt.Errorf("writing spool entry: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, fileName(seq, "json"))); err != nil {
+		_ = os.Remove(tmp)
+		return 0, fmt.Errorf("writing spool entry: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return 0, fmt.Errorf("writing spool entry: %w", err)
+	}
+	s.next++
+	s.depth++
+	e.Seq = seq
+	s.Kick()
+	return seq, nil
+}
+
+// Kick wakes Run, for example when JetStream is back.
+func (s *Spool) Kick() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Oldest returns the entries waiting, oldest first.
+func (s *Spool) Oldest() ([]uint64, error) {
+	names, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading spool: %w", err)
+	}
+	var seqs []uint64
+	for _, e := range names {
+		base, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		if seq, err := strconv.ParseUint(base, 10, 64); err == nil {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// ErrCorrupt is returned by Read for an entry that cannot be decoded.
+var ErrCorrupt = errors.New("corrupt spool entry")
+
+// Read returns entry seq.
+func (s *Spool) Read(seq uint64) (*Entry, error) {
+	data, err := os.ReadFile(filepath.Join(s.dir, fileName(seq, "json")))
+	if err != nil {
+		return nil, fmt.Errorf("reading spool entry %d: %w", seq, err)
+	}
+	var e Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, fmt.Errorf("%w %d: %v", ErrCorrupt, seq, err)
+	}
+	e.Seq = seq
+	return &e, nil
+}
+
+// Remove deletes entry seq once it has been carried out.
+func (s *Spool) Remove(seq uint64) error {
+	return s.drop(seq, func(path string) error { return os.Remove(path) })
+}
+
+// quarantine keeps an undecodable entry as <seq>.bad for a person to see.
+func (s *Spool) quarantine(seq uint64) error {
+	return s.drop(seq, func(path string) error {
+		return os.Rename(path, filepath.Join(s.dir, fileName(seq, "bad")))
+	})
+}
+
+func (s *Spool) drop(seq uint64, op func(string) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := op(filepath.Join(s.dir, fileName(seq, "json"))); err != nil {
+		return fmt.Errorf("removing spool entry %d: %w", seq, err)
+	}
+	s.depth--
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("removing spool entry %d: %w", seq, err)
+	}
+	return nil
+}
+
+// Handler carries out one entry. An error leaves the entry in the spool,
+// to be tried again; it must be safe to carry out an entry twice.
+type Handler func(context.Context, *Entry) error
+
+// Run drains the spool in order until ctx ends: each entry is handed to
+// handle and removed once handle returns nil. After a failure it waits
+// retry (or a Kick) and starts again from the same entry, so entries are
+// never reordered. Run is the spool's only reader; start it once.
+func (s *Spool) Run(ctx context.Context, handle Handler, retry time.Duration, log *zap.Logger) {
+	retry = max(retry, 10*time.Millisecond)
+	for {
+		var timer <-chan time.Time // nil: wait for a Kick only
+		if s.drainOnce(ctx, handle, log) {
+			timer = time.After(retry)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		case <-timer:
+		}
+	}
+}
+
+// drainOnce carries out entries until the spool is empty (false) or one
+// fails (true: wait before the next attempt).
+func (s *Spool) drainOnce(ctx context.Context, handle Handler, log *zap.Logger) bool {
+	seqs, err := s.Oldest()
+	if err != nil {
+		log.Error("listing spool", zap.Error(err))
+		return true
+	}
+	for _, seq := range seqs {
+		if ctx.Err() != nil {
+			return false
+		}
+		e, err := s.Read(seq)
+		if errors.Is(err, ErrCorrupt) {
+			log.Error("quarantining spool entry", zap.Uint64("seq", seq), zap.Error(err))
+			if err := s.quarantine(seq); err != nil {
+				log.Error("quarantining spool entry", zap.Uint64("seq", seq), zap.Error(err))
+				return true
+			}
+			continue
+		}
+		if err != nil {
+			log.Error("reading spool", zap.Uint64("seq", seq), zap.Error(err))
+			return true
+		}
+		if err := handle(ctx, e); err != nil {
+			if ctx.Err() == nil {
+				log.Info("spool entry not carried out yet, will retry", zap.Uint64("seq", seq), zap.Error(err))
+			}
+			return true
+		}
+		if err := s.Remove(seq); err != nil {
+			log.Error("removing drained spool entry", zap.Uint64("seq", seq), zap.Error(err))
+			return true
+		}
+		log.Info("spool entry carried out", zap.Uint64("seq", seq), zap.Int("depth", s.Depth()))
+	}
+	return false
+}
+
+func fileName(seq uint64, ext string) string { return fmt.Sprintf("%020d.%s", seq, ext) }
+
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,37 +1,106 @@
 // Package prompt writes the task out for the agent: a Markdown text made
-// from a template per kind of job.
+// from a template per kind of job. Each kind has an embedded default
+// (templates/<kind>.md); a project may replace any of them with its own
+// file, named in the registry's templates map relative to the registry file.
 package prompt
 
 import (
 	"bytes"
 	"embed"
 	"fmt"
+	"os"
+	"path/filepath"
 	"text/template"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/registry"
 )
 
-//go:embed templates/*.md
+//go:embed templates/*.md templates/*.tmpl
 var defaults embed.FS
 
-var templates = template.Must(template.ParseFS(defaults, "templates/*.md"))
+// defaultName is the template of a kind that has none of its own.
+const defaultName = "default.md"
+
+// builtin holds the embedded templates, named <kind>.md, and the parts
+// they share ("head", "trigger", "foot"), which overrides may use too.
+var builtin = template.Must(template.ParseFS(defaults, "templates/*.md", "templates/*.tmpl"))
 
 // Data is what a template sees.
 type Data struct {
-	Job     *proto.Job
+	Job *proto.Job
+	// Attempt is this delivery of the job, from 1; Max is the last one.
 	Attempt int
 	Max     int
+	// Branch is the task's branch, agent/<task>; Dir its worktree.
+	Branch string
+	Dir    string
 }
 
-// Render returns the task text for attempt of job.
-func Render(job *proto.Job, attempt, maxAttempts int) (string, error) {
-	var buf bytes.Buffer
-	name := string(job.Kind) + ".md"
-	if templates.Lookup(name) == nil {
-		name = "default.md"
+// Templates are the task templates of every project.
+type Templates struct {
+	// overrides maps project key, then kind, to a parsed template.
+	overrides map[string]map[proto.Kind]*template.Template
+}
+
+// Load reads the per-project overrides named in reg. A missing or broken
+// template file is an error that names it, so it shows at start and not on
+// the first job.
+func Load(reg *registry.Registry) (*Templates, error) {
+	t := &Templates{overrides: map[string]map[proto.Kind]*template.Template{}}
+	if reg == nil {
+		return t, nil
 	}
-	if err := templates.ExecuteTemplate(&buf, name, Data{Job: job, Attempt: attempt, Max: maxAttempts}); err != nil {
-		return "", fmt.Errorf("rendering task of job %s: %w", job.ID, err)
+	base := filepath.Dir(reg.Path)
+	for _, p := range reg.Projects() {
+		for kind, file := range p.Templates {
+			if !proto.Kind(kind).Valid() {
+				return nil, fmt.Errorf("project %s: template for unknown kind %q", p.Key, kind)
+			}
+			path := file
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(base, file)
+			}
+			text, err := os.ReadFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("project %s: template %s: %w", p.Key, kind, err)
+			}
+			tmpl, err := template.Must(builtin.Clone()).New(path).Parse(string(text))
+			if err != nil {
+				return nil, fmt.Errorf("project %s: template %s: %w", p.Key, kind, err)
+			}
+			if t.overrides[p.Key] == nil {
+				t.overrides[p.Key] = map[proto.Kind]*template.Template{}
+			}
+			t.overrides[p.Key][proto.Kind(kind)] = tmpl
+		}
+	}
+	return t, nil
+}
+
+// Render returns the task text for d.Job: the project's template of its
+// kind if there is one, else the embedded default.
+func (t *Templates) Render(d Data) (string, error) {
+	var buf bytes.Buffer
+	var err error
+	if tmpl := t.override(d.Job.Project, d.Job.Kind); tmpl != nil {
+		err = tmpl.Execute(&buf, d)
+	} else {
+		name := string(d.Job.Kind) + ".md"
+		if builtin.Lookup(name) == nil {
+			name = defaultName
+		}
+		err = builtin.ExecuteTemplate(&buf, name, d)
+	}
+	if err != nil {
+		return "", fmt.Errorf("rendering task of job %s: %w", d.Job.ID, err)
 	}
 	return buf.String(), nil
+}
+
+func (t *Templates) override(project string, kind proto.Kind) *template.Template {
+	if t == nil {
+		return nil
+	}
+	return t.overrides[project][kind]
 }

@@ -20,7 +20,17 @@ const (
 	AdvisoryMaxAgeDefault = 7 * 24 * time.Hour
 	// DLQMaxAgeDefault bounds how long a dead-lettered job is kept.
 	DLQMaxAgeDefault = 30 * 24 * time.Hour
+	// TaskLocksMaxAge bounds how long a task lock left by a crashed runner
+	// stays in BucketTaskLocks. Runners take over a lock that has not been
+	// refreshed for a while long before that; this only collects garbage.
+	TaskLocksMaxAge = 24 * time.Hour
 )
+
+// BucketTaskLocks is the KV bucket of task locks, keyed by
+// <project>.<task>: the runner holding a task's key is the only one
+// working in that task's worktree. The value names the holder; runners
+// refresh it with every heartbeat and delete it when the job ends.
+const BucketTaskLocks = "task_locks"
 
 // Topology is the shape of orch's streams and bucket. Every service calls
 // Ensure with the same values at start; CreateOrUpdate makes that safe.
@@ -87,8 +97,21 @@ func (t Topology) JobsBucket() jetstream.KeyValueConfig {
 	}
 }
 
-// Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ and
-// BucketJobs. It is idempotent and returns the status bucket.
+// TaskLocksBucket is the configuration of BucketTaskLocks.
+func (t Topology) TaskLocksBucket() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      BucketTaskLocks,
+		Description: "orch task locks: one job per task worktree at a time",
+		History:     1,
+		TTL:         TaskLocksMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+	}
+}
+
+// Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ,
+// BucketJobs and BucketTaskLocks. It is idempotent and returns the status
+// bucket.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream()} {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
@@ -98,6 +121,9 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 	kv, err := js.CreateOrUpdateKeyValue(ctx, t.JobsBucket())
 	if err != nil {
 		return nil, fmt.Errorf("ensuring bucket %s: %w", BucketJobs, err)
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, t.TaskLocksBucket()); err != nil {
+		return nil, fmt.Errorf("ensuring bucket %s: %w", BucketTaskLocks, err)
 	}
 	return kv, nil
 }

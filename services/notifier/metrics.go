@@ -29,6 +29,8 @@ type metrics struct {
 	rateLimited  prometheus.Counter
 	deadLettered prometheus.Counter
 	advisories   *prometheus.CounterVec
+	// addr is where /metrics is served, once it is.
+	addr string
 }
 
 func newMetrics(js jetstream.JetStream) *metrics {
@@ -96,6 +98,7 @@ func (m *metrics) serve(addr string, log *zap.Logger) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ORCH_METRICS_ADDR: %w", err)
 	}
+	m.addr = ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

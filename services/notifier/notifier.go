@@ -126,6 +126,8 @@ func (c *Config) Validate() error {
 // Notifier handles advisories.
 type Notifier struct {
 	cfg     Config
+	hooks   hooks
+	ackWait time.Duration
 	log     *zap.Logger
 	js      jetstream.JetStream
 	status  *status.Store
@@ -133,9 +135,16 @@ type Notifier struct {
 	metrics *metrics
 }
 
-// hooks let tests watch a running notifier.
+// hooks let tests watch and break a running notifier.
 type hooks struct {
+	// started is called once the notifier consumes advisories.
 	started func(*Notifier)
+	// ackWait replaces the consumer's AckWait.
+	ackWait time.Duration
+	// crashAfterAlert, when it returns true, makes the notifier stop
+	// handling the advisory right after the alert marker is written,
+	// leaving it unacked as a process killed there would.
+	crashAfterAlert func() bool
 }
 
 // Run handles advisories until ctx is cancelled.
@@ -153,7 +162,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 		return err
 	}
 	defer nc.Close()
-	n := &Notifier{cfg: cfg, log: log, js: js, status: status.New(kv), metrics: newMetrics(js)}
+	n := &Notifier{cfg: cfg, hooks: h, ackWait: cmp.Or(h.ackWait, ackWait), log: log, js: js, status: status.New(kv), metrics: newMetrics(js)}
 	if cfg.TelegramBotToken != "" {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		defer tr.CloseIdleConnections()
@@ -165,7 +174,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	} else {
 		log.Warn("no ORCH_TELEGRAM_BOT_TOKEN: alerts are only logged")
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamAdvisories, proto.NotifierConsumer(-1, ackWait))
+	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamAdvisories, proto.NotifierConsumer(-1, n.ackWait))
 	if err != nil {
 		return fmt.Errorf("ensuring consumer %s: %w", proto.ConsumerNotifier, err)
 	}
@@ -218,7 +227,7 @@ func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	log := n.log.With(zap.String("advisory", adv.ID), zap.Uint64("stream_seq", adv.StreamSeq))
-	stop := heartbeat(msg)
+	stop := heartbeat(msg, n.ackWait/3)
 	defer stop()
 
 	res := n.process(ctx, log, adv)
@@ -226,6 +235,8 @@ func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 		log = log.With(zap.String("job", res.job))
 	}
 	switch {
+	case res.crashed:
+		log.Warn("test hook: crashing before the ack")
 	case res.err != nil && ctx.Err() != nil:
 		// Shutting down before anything was sent: hand it back at once
 		// to another replica or the next start.
@@ -268,11 +279,11 @@ func (n *Notifier) backoff(msg jetstream.Msg) time.Duration {
 // heartbeat tells JetStream the advisory is still being handled until the
 // returned stop is called, so a long wait (a slow Telegram, the pace) does
 // not hand it to another replica.
-func heartbeat(msg jetstream.Msg) (stop func()) {
+func heartbeat(msg jetstream.Msg, every time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(ackWait / 3)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

@@ -1,0 +1,408 @@
+package notifier
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/embedded"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/proto/status"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testToken is the bot token of every test; it must never reach a log.
+const testToken = "123456:SECRET-token-never-logged"
+
+// tgMsg is one message the fake Telegram accepted.
+type tgMsg struct {
+	Chat      string
+	Thread    int
+	ParseMode string
+	Text      string
+	At        time.Time
+}
+
+// fakeTelegram answers sendMessage as the Bot API does. answer, when set,
+// picks the answer to the nth request (from 1); otherwise every request is
+// accepted.
+type fakeTelegram struct {
+	*httptest.Server
+
+	mu       sync.Mutex
+	answer   func(n int) (code int, body string)
+	onAccept func(tgMsg)
+	requests int
+	msgs     []tgMsg
+}
+
+func newFakeTelegram(t *testing.T) *fakeTelegram {
+	f := &fakeTelegram{}
+	f.Server = httptest.NewServer(f)
+	t.Cleanup(f.Close)
+	return f
+}
+
+// Answers as Telegram gives them.
+const (
+	answer429 = `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 1","parameters":{"retry_after":1}}`
+	answer500 = `{"ok":false,"error_code":500,"description":"Internal Server Error"}`
+	answer401 = `{"ok":false,"error_code":401,"description":"Unauthorized"}`
+	answer400 = `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`
+)
+
+func (f *fakeTelegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/bot"+testToken+"/sendMessage" {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"ok":false,"error_code":404,"description":"Not Found"}`)
+		return
+	}
+	var body struct {
+		ChatID    json.RawMessage `json:"chat_id"`
+		Text      string          `json:"text"`
+		ParseMode string          `json:"parse_mode"`
+		Thread    int             `json:"message_thread_id"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Text == "" {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"ok":false,"error_code":400,"description":"Bad Request: message text is empty"}`)
+		return
+	}
+	f.mu.Lock()
+	f.requests++
+	n := f.requests
+	code, ans := http.StatusOK, ""
+	if f.answer != nil {
+		code, ans = f.answer(n)
+	}
+	var accepted *tgMsg
+	if code == http.StatusOK {
+		m := tgMsg{Chat: strings.Trim(string(body.ChatID), `"`), Thread: body.Thread, ParseMode: body.ParseMode, Text: body.Text, At: time.Now()}
+		f.msgs = append(f.msgs, m)
+		accepted = &m
+		ans = fmt.Sprintf(`{"ok":true,"result":{"message_id":%d,"date":%d,"chat":{"id":%s},"text":"..."}}`, n, time.Now().Unix(), m.Chat)
+	}
+	onAccept := f.onAccept
+	f.mu.Unlock()
+	if accepted != nil && onAccept != nil {
+		onAccept(*accepted) // Telegram holds the message; the bot has no answer yet
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, ans)
+}
+
+func (f *fakeTelegram) messages() []tgMsg {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]tgMsg(nil), f.msgs...)
+}
+
+func (f *fakeTelegram) requestCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests
+}
+
+func (f *fakeTelegram) setOnAccept(h func(tgMsg)) {
+	f.mu.Lock()
+	f.onAccept = h
+	f.mu.Unlock()
+}
+
+func (f *fakeTelegram) setAnswer(a func(n int) (int, string)) {
+	f.mu.Lock()
+	f.answer = a
+	f.mu.Unlock()
+}
+
+// bundle is a JetStream server with orch's topology, a fake Telegram and
+// a fake runner, for one test.
+type bundle struct {
+	t       *testing.T
+	srv     *embedded.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	status  *status.Store
+	tg      *fakeTelegram
+	runner  jetstream.Consumer
+	logs    *observer.ObservedLogs
+	log     *zap.Logger
+	dir     string
+	attempt int // the runner's MaxDeliver
+	bg      context.Context
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	srv := natstest.Server(t)
+	nc, js, kv := natstest.Connect(t, srv)
+	bg, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	b := &bundle{t: t, srv: srv, nc: nc, js: js, status: status.New(kv), tg: newFakeTelegram(t), dir: t.TempDir(), attempt: 3, bg: bg}
+	var core zapcore.Core
+	core, b.logs = observer.New(zap.DebugLevel)
+	b.log = zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core(), core))
+	// The runner's consumer, exactly as a runner creates it.
+	var err error
+	b.runner, err = js.CreateOrUpdateConsumer(b.ctx(), proto.StreamJobs, proto.RunnerConsumer(100, b.attempt, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, e := range b.logs.All() {
+			line := e.Message + fmt.Sprint(e.ContextMap())
+			if strings.Contains(line, testToken) || strings.Contains(line, "SECRET-token") {
+				t.Errorf("the bot token reached a log line: %s", line)
+			}
+		}
+	})
+	return b
+}
+
+// ctx is the context of the test's own calls; it ends with the test.
+func (b *bundle) ctx() context.Context { return b.bg }
+
+// config is the notifier's configuration for this bundle: fast retries
+// and a fast pace, so tests take seconds.
+func (b *bundle) config() Config {
+	return Config{
+		Common:           service.Common{NATSURL: b.srv.URL()},
+		TelegramBotToken: testToken,
+		TelegramChatID:   "-1001234",
+		TelegramAPIURL:   b.tg.URL,
+		TelegramRate:     50,
+		RetryDelay:       50 * time.Millisecond,
+		RetryMaxDelay:    400 * time.Millisecond,
+		RejectedDelay:    time.Minute,
+	}
+}
+
+// running is a notifier started by a test.
+type running struct {
+	n      *Notifier
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// stop cancels the notifier and waits until it returns.
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("notifier returned %v", err)
+		}
+		r.done <- nil // for a later stop
+	case <-time.After(time.Minute):
+		t.Fatal("notifier did not stop within a minute")
+	}
+}
+
+// start runs a notifier until the test ends or it is stopped.
+func (b *bundle) start(cfg Config, h hooks) *running {
+	t := b.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	started := make(chan *Notifier, 1)
+	h.started = func(n *Notifier) { started <- n }
+	go func() { r.done <- run(ctx, cfg, b.log, h) }()
+	select {
+	case r.n = <-started:
+	case err := <-r.done:
+		t.Fatalf("notifier did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("notifier did not start within 30s")
+	}
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// queue publishes a job to JOBS and writes its status record, as the
+// gateway and the runner would: the last attempt's error, exit code and
+// log file (on this host).
+func (b *bundle) queue(name, title string) *proto.Job {
+	t := b.t
+	t.Helper()
+	job := &proto.Job{
+		Schema: proto.SchemaVersion, ID: proto.JobID(t.Name() + "/" + name),
+		Kind: proto.KindReview, Project: "widgets",
+		Task:      proto.Task{ID: "pr-" + proto.Token(name), Title: title, URL: "https://git.example.com/acme/widgets/pulls/42", PR: 42},
+		Source:    proto.Source{System: "gitea", Event: "pull_request"},
+		CreatedAt: time.Now().UTC(),
+	}
+	data, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(proto.JobSubject(job.Project, job.Kind))
+	m.Data = data
+	m.Header.Set(proto.HeaderMsgID, job.ID)
+	if _, err := b.js.PublishMsg(b.ctx(), m); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(b.dir, job.ID+".log")
+	var lg strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&lg, "agent line %d\n", i)
+	}
+	lg.WriteString("FAIL: want <expected> & got <nil>\n")
+	if err := os.WriteFile(logPath, []byte(lg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code := 3
+	if _, err := b.status.Update(b.ctx(), job, func(s *proto.Status) bool {
+		s.State, s.Attempt, s.MaxAttempts = proto.StateRetrying, b.attempt, b.attempt
+		s.Runner, s.ExitCode, s.Log, s.CostUSD, s.Turns = "runner-1", &code, logPath, 0.42, 7
+		s.Error = "agent exited with code 3: want <expected>"
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// action is what the fake runner does with a job.
+type action int
+
+const (
+	actFail   action = iota // NAK until MaxDeliver: MAX_DELIVERIES
+	actTerm                 // Term with a reason naming the job: MSG_TERMINATED
+	actCancel               // Term with reason "cancelled"
+)
+
+// advisories is how many advisories JOBS_ADVISORIES has captured.
+func (b *bundle) advisories() uint64 {
+	b.t.Helper()
+	return b.streamMsgs(proto.StreamAdvisories)
+}
+
+func (b *bundle) streamMsgs(name string) uint64 {
+	b.t.Helper()
+	s, err := b.js.Stream(b.ctx(), name)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := s.Info(b.ctx())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// run plays the runner over the queued jobs until each has produced its
+// advisory: it NAKs a failing job on every delivery (JetStream emits
+// MAX_DELIVERIES on the pull after the last one) and terminates the
+// others, as the runner does.
+func (b *bundle) run(jobs map[string]action) {
+	t := b.t
+	t.Helper()
+	want := b.advisories() + uint64(len(jobs))
+	natstest.CheckFor(t, 60*time.Second, time.Millisecond, func() error {
+		batch, err := b.runner.Fetch(100, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		for msg := range batch.Messages() {
+			job, err := proto.DecodeJob(msg.Data())
+			if err != nil {
+				t.Fatalf("fake runner: %v", err)
+			}
+			switch jobs[job.ID] {
+			case actFail:
+				err = msg.Nak()
+			case actTerm:
+				err = msg.TermWithReason(proto.TermReason(job.ID, "cannot check out branch <agent/x> & more"))
+			case actCancel:
+				err = msg.TermWithReason(proto.ReasonCancelled)
+			}
+			if err != nil {
+				t.Fatalf("fake runner: %v", err)
+			}
+		}
+		if got := b.advisories(); got < want {
+			return fmt.Errorf("%d advisories, want %d", got, want)
+		}
+		return nil
+	})
+}
+
+// settled waits until the notifier has handled every advisory.
+func (b *bundle) settled(timeout time.Duration) {
+	t := b.t
+	t.Helper()
+	natstest.CheckFor(t, timeout, 20*time.Millisecond, func() error {
+		c, err := b.js.Consumer(b.ctx(), proto.StreamAdvisories, proto.ConsumerNotifier)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(b.ctx())
+		if err != nil {
+			return err
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("notifier consumer: %d pending, %d unacked", info.NumPending, info.NumAckPending)
+		}
+		return nil
+	})
+}
+
+// messagesFor counts the accepted messages that name job.
+func (b *bundle) messagesFor(id string) int {
+	n := 0
+	for _, m := range b.tg.messages() {
+		if strings.Contains(m.Text, id) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkDeadLettered checks that each job is in JOBS_DLQ once, gone from
+// JOBS, alerted once and recorded failed.
+func (b *bundle) checkDeadLettered(jobs ...*proto.Job) {
+	t := b.t
+	t.Helper()
+	if n := b.streamMsgs(proto.StreamJobs); n != 0 {
+		t.Errorf("JOBS holds %d messages, want 0", n)
+	}
+	if n := b.streamMsgs(proto.StreamDLQ); n != uint64(len(jobs)) {
+		t.Errorf("JOBS_DLQ holds %d messages, want %d", n, len(jobs))
+	}
+	for _, job := range jobs {
+		st, _, err := b.status.Get(b.ctx(), job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != proto.StateFailed || st.DLQSeq == 0 || !st.Alerted {
+			t.Errorf("job %s: state %s, dlq seq %d, alerted %v; want failed, dead-lettered, alerted", job.ID, st.State, st.DLQSeq, st.Alerted)
+		}
+		if n := b.messagesFor(job.ID); n != 1 {
+			t.Errorf("job %s: %d messages, want 1", job.ID, n)
+		}
+	}
+}

@@ -93,10 +93,10 @@ func (r *report) problem(format string, args ...any) {
 
 // check reads the status bucket, the fake Telegram and the run records,
 // and holds them against what retries, kills and restarts explain.
-func (s *system) check(jobs []job) *report {
+func (s *system) check(jobs []job, queue map[string]int) *report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := &report{jobs: len(jobs), kills: s.kills, jsRestarts: len(s.jsDown)}
+	r := &report{jobs: len(jobs), kills: s.kills, jsRestarts: len(s.jsDown), queue: queue}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	alerts, msgs := s.tg.alerts()
@@ -219,6 +219,10 @@ func (s *system) check(jobs []job) *report {
 	}
 	if r.maxConcurrent > maxConcurrency {
 		r.problem("%d agents ran at once, more than ORCH_MAX_CONCURRENCY=%d", r.maxConcurrent, maxConcurrency)
+	}
+	if r.queue != nil && (r.queue["done"] != r.done || r.queue["failed"] != r.failed) {
+		r.problem("GET /queue counts done=%d failed=%d, the status bucket holds done=%d failed=%d (the gateway's index is stale)",
+			r.queue["done"], r.queue["failed"], r.done, r.failed)
 	}
 	if r.kills == 0 || r.jsRestarts != 1 {
 		r.problem("chaos incomplete: %d runner kills, %d JetStream restarts", r.kills, r.jsRestarts)

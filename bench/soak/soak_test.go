@@ -150,8 +150,7 @@ func TestSoak(t *testing.T) {
 	queue := sys.queueCounts()
 	sys.stopAll()
 
-	rep := sys.check(jobs)
-	rep.queue = queue
+	rep := sys.check(jobs, queue)
 	rep.elapsed = time.Since(sys.started)
 	rep.print(os.Stdout)
 	for _, p := range rep.problems {
@@ -328,8 +327,9 @@ func (s *system) ready(ctx context.Context) error {
 }
 
 // chaos SIGKILLs a runner (r1 and r2 in turn) every killEvery and starts
-// it again, and restarts JetStream once, when a third of the jobs are
-// posted, until ctx ends.
+// it again, and restarts JetStream once, when half of the jobs are posted
+// and runners have been killed twice (so that work is in flight), until
+// ctx ends.
 func (s *system) chaos(ctx context.Context, posted *atomic.Int64, n int64) {
 	tick := time.NewTicker(killEvery)
 	defer tick.Stop()
@@ -342,7 +342,10 @@ func (s *system) chaos(ctx context.Context, posted *atomic.Int64, n int64) {
 		case <-ctx.Done():
 			return
 		case <-poll.C:
-			if !restarted && posted.Load() >= n/3 {
+			s.mu.Lock()
+			kills := s.kills
+			s.mu.Unlock()
+			if !restarted && posted.Load() >= n/2 && kills >= 2 {
 				restarted = true
 				s.restartJetStream()
 			}

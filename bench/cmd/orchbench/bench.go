@@ -63,7 +63,7 @@ func setup(ctx context.Context, dir string, o options) (*bench, error) {
 		b.close()
 		return nil, err
 	}
-	b.js, _ = jetstream.New(b.nc)
+	b.js, _ = jetstream.New(b.nc, jetstream.WithPublishAsyncMaxPending(4096))
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := (proto.Topology{}).Ensure(tctx, b.js); err != nil {
@@ -202,7 +202,7 @@ func waitFor(ctx context.Context, p *proc.Proc, timeout time.Duration, f func() 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

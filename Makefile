@@ -42,6 +42,11 @@ test-unit:
 # Fuzz targets as module-dir:package-dir:FuzzName, one per line of +=.
 FUZZ_TARGETS :=
 # --- gateway fuzz targets (issue 3) ---
+FUZZ_TARGETS += services/gateway:webhook:FuzzVerify
+FUZZ_TARGETS += services/gateway:webhook:FuzzParseGitea
+FUZZ_TARGETS += services/gateway:webhook:FuzzParsePlane
+FUZZ_TARGETS += services/gateway:trigger:FuzzGitea
+FUZZ_TARGETS += services/gateway:trigger:FuzzPlane
 # --- end gateway fuzz targets ---
 FUZZ_SHORT ?= 5s
 FUZZ_LONG  ?= 60s

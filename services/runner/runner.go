@@ -1,11 +1,21 @@
 // Package runner pulls jobs from JetStream and runs an agent for each, no
 // more at once than the runner consumer's MaxAckPending allows across every
 // runner, retrying failures with a growing delay until MaxDeliver.
+//
+// Each job runs in its task's git worktree (package workspace), holding
+// the task's lock (lock.go) so no two jobs of a task share the worktree at
+// once, under a heartbeat that is also a lease (lease.go): a runner that
+// cannot reach JetStream for most of AckWait stops its agent, because the
+// job is about to be handed to another runner. Every status write is a
+// compare-and-set that never moves a record back from a terminal state or
+// from a later attempt, so a runner that lost its job cannot overwrite what
+// the runner that has it now wrote.
 package runner
 
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,8 +23,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -38,6 +50,7 @@ const (
 	AgentTimeoutDefault   = 60 * time.Minute
 	ShutdownGraceDefault  = 30 * time.Second
 	AckWaitDefault        = 30 * time.Second
+	KillGraceDefault      = agent.KillGraceDefault
 )
 
 // Config is the runner's configuration, read from ORCH_ variables.
@@ -72,6 +85,10 @@ type Config struct {
 	AckWait time.Duration `env:"ACK_WAIT"`
 	// Name identifies this runner in status records. Default: host name.
 	Name string `env:"RUNNER_NAME"`
+	// KillGrace is how long an agent's process group has between SIGTERM
+	// and SIGKILL when it is stopped (watchdog, cancel, shutdown, lost
+	// lease). Default 5s.
+	KillGrace time.Duration `env:"AGENT_KILL_GRACE"`
 }
 
 // SetDefaults fills the zero fields with their defaults.
@@ -87,6 +104,7 @@ func (c *Config) SetDefaults() {
 	c.WorkspaceDir = cmp.Or(c.WorkspaceDir, filepath.Join(c.DataDir, "workspace"))
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.KillGrace = cmp.Or(c.KillGrace, KillGraceDefault)
 	if c.Name == "" {
 		c.Name, _ = os.Hostname()
 	}
@@ -115,8 +133,13 @@ type Runner struct {
 	cfg      Config
 	log      *zap.Logger
 	reg      *registry.Registry
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	jobsKV   jetstream.KeyValue
+	locks    jetstream.KeyValue
 	status   *status.Store
 	ws       *workspace.Workspace
+	tmpls    *prompt.Templates
 	argv     []string
 	envAllow []string
 }
@@ -133,20 +156,36 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	tmpls, err := prompt.Load(reg)
+	if err != nil {
+		return err
+	}
+	// The agent runs in its worktree: every path it is given is absolute.
+	if cfg.WorkspaceDir, err = filepath.Abs(cfg.WorkspaceDir); err != nil {
+		return fmt.Errorf("ORCH_WORKSPACE_DIR: %w", err)
+	}
+	ws := &workspace.Workspace{Root: cfg.WorkspaceDir}
+	removed, err := ws.Clean(ctx)
+	for _, l := range removed {
+		log.Warn("removed stale git lock", zap.String("path", l))
+	}
+	if err != nil {
+		return fmt.Errorf("cleaning workspace: %w", err)
+	}
+
 	nc, js, kv, err := service.Connect(ctx, cfg.Common, "runner", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-
-	// The agent runs in its worktree: every path it is given is absolute.
-	if cfg.WorkspaceDir, err = filepath.Abs(cfg.WorkspaceDir); err != nil {
-		return fmt.Errorf("ORCH_WORKSPACE_DIR: %w", err)
+	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
+	if err != nil {
+		return fmt.Errorf("opening bucket %s: %w", proto.BucketTaskLocks, err)
 	}
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
-		cfg: cfg, log: log, reg: reg, status: status.New(kv),
-		ws: &workspace.Workspace{Root: cfg.WorkspaceDir}, argv: argv,
+		cfg: cfg, log: log, reg: reg, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
+		ws: ws, tmpls: tmpls, argv: argv,
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(cfg.MaxConcurrency, cfg.MaxAttempts, cfg.AckWait))
@@ -167,7 +206,8 @@ func (r *Runner) consume(ctx context.Context, cons jetstream.Consumer) error {
 	draining := make(chan struct{})
 
 	// The Consume handler is called serially: it waits for a free slot,
-	// then hands the message to a worker.
+	// then hands the message to a worker. With MaxAckPending equal to the
+	// slots, a buffered message never waits long for one.
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		select {
 		case <-draining:
@@ -190,7 +230,7 @@ func (r *Runner) consume(ctx context.Context, cons jetstream.Consumer) error {
 		return fmt.Errorf("consuming: %w", err)
 	}
 	r.log.Info("runner started", zap.String("runner", r.cfg.Name), zap.Int("max_concurrency", r.cfg.MaxConcurrency),
-		zap.Int("max_attempts", r.cfg.MaxAttempts), zap.Strings("agent", r.argv))
+		zap.Int("max_attempts", r.cfg.MaxAttempts), zap.Strings("agent", r.argv), zap.String("workspace", r.cfg.WorkspaceDir))
 
 	<-ctx.Done()
 	r.log.Info("runner stopping: no new jobs", zap.Duration("grace", r.cfg.ShutdownGrace))
@@ -213,8 +253,18 @@ func (r *Runner) consume(ctx context.Context, cons jetstream.Consumer) error {
 	return nil
 }
 
-// errShutdown is the cause of agents stopped by a runner shutdown.
-var errShutdown = errors.New("runner shutting down")
+// The causes that end a job other than its agent's own exit.
+var (
+	// errShutdown: the runner is shutting down; the job is handed back.
+	errShutdown = errors.New("runner shutting down")
+	// errCancelled: the job's record turned cancelled.
+	errCancelled = errors.New(proto.ReasonCancelled)
+	// errSuperseded: the record shows a later delivery of the job, which
+	// went to another runner while this one was cut off.
+	errSuperseded = errors.New("job superseded by a later delivery")
+	// errAlreadyDone: the record says done; a success was redelivered.
+	errAlreadyDone = errors.New("job already done")
+)
 
 // handle runs one delivery of a job and settles its message.
 func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
@@ -231,8 +281,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	if job != nil && job.ID != "" {
 		log = log.With(zap.String("job", job.ID))
 	}
+	var p *registry.Project
 	if err == nil {
-		if _, ok := r.reg.ByKey(job.Project); !ok {
+		var ok bool
+		if p, ok = r.reg.ByKey(job.Project); !ok {
 			err = fmt.Errorf("unknown project %q", job.Project)
 		}
 	}
@@ -242,14 +294,153 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
 
-	if st, _, err := r.status.Get(ctx, job.ID); err == nil && st.State == proto.StateCancelled {
-		log.Info("job was cancelled before it ran: skipping")
-		_ = msg.TermWithReason(proto.ReasonCancelled)
-		return
+	if st, _, err := r.status.Get(ctx, job.ID); err == nil {
+		switch st.State {
+		case proto.StateCancelled:
+			log.Info("job was cancelled before it ran: skipping")
+			_ = msg.TermWithReason(proto.ReasonCancelled)
+			return
+		case proto.StateDone:
+			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
+			return
+		}
 	}
 
-	res := r.runAgent(ctx, log, msg, job, attempt)
-	r.settle(ctx, log, msg, job, attempt, res)
+	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
+	jobCtx, stopJob := context.WithCancelCause(ctx)
+	defer stopJob(nil)
+	// The heartbeat and the cancel watch outlive jobCtx: they run until
+	// the job is settled.
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		bg   sync.WaitGroup
+		lock atomic.Pointer[taskLock]
+	)
+	bg.Go(func() { r.heartbeat(bgCtx, log, msg, &lock, stopJob) })
+	bg.Go(func() { r.watchCancel(bgCtx, log, job.ID, stopJob) })
+	defer func() {
+		stopBG()
+		bg.Wait()
+		if l := lock.Load(); l != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
+			if err := l.release(rctx); err != nil {
+				log.Warn("releasing task lock", zap.Error(err))
+			}
+			cancel()
+		}
+	}()
+
+	l, err := r.acquireLock(jobCtx, log, job, attempt)
+	if err != nil {
+		r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{ExitCode: -1, Err: err}})
+		return
+	}
+	lock.Store(l)
+	out := r.run(jobCtx, log, job, p, attempt)
+	if jobCtx.Err() != nil && out.res.Err == nil {
+		// The agent finished as the job was being stopped: its success
+		// stands, unless the job is no longer this runner's.
+		if c := context.Cause(jobCtx); errors.Is(c, errLeaseLost) || errors.Is(c, errLockLost) {
+			out.res.Err = c
+		}
+	}
+	r.settle(ctx, log, msg, job, p, attempt, out)
+}
+
+// outcome is how one attempt ended.
+type outcome struct {
+	res agent.Result
+	// claude is Claude Code's result object, when the agent printed one.
+	claude *agent.ClaudeResult
+	log    string
+}
+
+// run records the job as running, prepares the worktree and runs the
+// agent (or, for a cleanup, removes the worktree).
+func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) outcome {
+	logPath := r.ws.LogPath(job.ID, attempt)
+	if job.Kind == proto.KindCleanup {
+		logPath = ""
+	}
+	wrote, st, err := r.write(ctx, job, attempt, func(st *proto.Status) {
+		st.State, st.Attempt, st.MaxAttempts = proto.StateRunning, attempt, r.cfg.MaxAttempts
+		st.Runner, st.StartedAt, st.FinishedAt = r.cfg.Name, time.Now().UTC(), time.Time{}
+		st.Log, st.Error, st.ExitCode = logPath, "", nil
+	})
+	switch {
+	case err != nil:
+		// Status is bookkeeping: a KV hiccup does not stop the job.
+		log.Warn("recording running state", zap.Error(err))
+	case !wrote && st.State == proto.StateCancelled:
+		return outcome{res: agent.Result{ExitCode: -1, Err: errCancelled}}
+	case !wrote && st.State == proto.StateDone:
+		return outcome{res: agent.Result{Err: errAlreadyDone}}
+	case !wrote:
+		return outcome{res: agent.Result{ExitCode: -1, Err: errSuperseded}}
+	}
+
+	if job.Kind == proto.KindCleanup {
+		log.Info("removing the task's worktree")
+		if err := r.ws.Remove(ctx, job.Project, job.Task.ID); err != nil {
+			return outcome{res: agent.Result{ExitCode: -1, Err: err}}
+		}
+		return outcome{}
+	}
+
+	fail := func(err error) outcome { return outcome{res: agent.Result{ExitCode: -1, Err: err}, log: logPath} }
+	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch}
+	dir, err := r.ws.Prepare(ctx, repo, job.Task.ID, job.Task.Branch)
+	if err != nil {
+		return fail(fmt.Errorf("preparing worktree: %w", err))
+	}
+	text, err := r.tmpls.Render(prompt.Data{Job: job, Attempt: attempt, Max: r.cfg.MaxAttempts, Branch: workspace.Branch(job.Task.ID), Dir: dir})
+	if err != nil {
+		return fail(err)
+	}
+	taskFile, err := r.ws.TaskFile(dir, job.ID, text)
+	if err != nil {
+		return fail(err)
+	}
+	argv := r.argv
+	if len(p.AgentCommand) > 0 {
+		argv = p.AgentCommand
+	}
+	spec := agent.Spec{
+		Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
+		Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
+		KillGrace: r.cfg.KillGrace,
+		Env: agent.Env(r.envAllow,
+			"ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
+			"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile),
+	}
+	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
+	out := outcome{res: agent.Run(ctx, spec), log: logPath}
+	if c, err := agent.ParseClaudeResultFile(logPath); err != nil {
+		log.Warn("reading agent result", zap.Error(err))
+	} else if c != nil {
+		out.claude = c
+		if out.res.Err == nil {
+			out.res.Err = c.Err()
+		}
+	}
+	return out
+}
+
+// write applies f to the job's record unless the record has moved on: it
+// is terminal, or a later delivery (attempt) owns it. It reports whether it
+// wrote, and the record as it is now.
+func (r *Runner) write(ctx context.Context, job *proto.Job, attempt int, f func(*proto.Status)) (bool, *proto.Status, error) {
+	wrote := false
+	st, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
+		if st.State.Terminal() || st.Attempt > attempt {
+			wrote = false
+			return false
+		}
+		f(st)
+		wrote = true
+		return true
+	})
+	return wrote, st, err
 }
 
 // terminate ends a job that can never run. Term removes it from the
@@ -277,102 +468,115 @@ func (r *Runner) terminate(ctx context.Context, log *zap.Logger, msg jetstream.M
 	}
 }
 
-// runAgent records the job as running, runs the agent while telling
-// JetStream the job is in progress, and returns how it ended.
-func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, msg jetstream.Msg, job *proto.Job, attempt int) (res agent.Result) {
-	logPath := r.ws.LogPath(job.ID, attempt)
-	if _, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
-		st.State, st.Attempt, st.MaxAttempts = proto.StateRunning, attempt, r.cfg.MaxAttempts
-		st.Runner, st.StartedAt, st.FinishedAt = r.cfg.Name, time.Now().UTC(), time.Time{}
-		st.Log, st.Error, st.ExitCode = logPath, "", nil
-		return true
-	}); err != nil {
-		log.Warn("recording running state", zap.Error(err))
-	}
-
-	hbCtx, stopHB := context.WithCancel(ctx)
-	var hb sync.WaitGroup
-	hb.Go(func() { r.heartbeat(hbCtx, log, msg) })
-	defer func() { stopHB(); hb.Wait() }()
-
-	p, _ := r.reg.ByKey(job.Project)
-	dir, err := r.ws.TaskDir(job.Project, job.Task.ID)
-	if err != nil {
-		return agent.Result{ExitCode: -1, Err: err}
-	}
-	text, err := prompt.Render(job, attempt, r.cfg.MaxAttempts)
-	if err != nil {
-		return agent.Result{ExitCode: -1, Err: err}
-	}
-	taskFile, err := r.ws.TaskFile(dir, job.ID, text)
-	if err != nil {
-		return agent.Result{ExitCode: -1, Err: err}
-	}
-	argv := r.argv
-	if len(p.AgentCommand) > 0 {
-		argv = p.AgentCommand
-	}
-	spec := agent.Spec{
-		Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
-		Timeout: cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
-		Env: agent.Env(r.envAllow,
-			"ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
-			"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile),
-	}
-	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
-	return agent.Run(ctx, spec)
-}
-
-// heartbeat tells JetStream the job is in progress, well inside AckWait.
-func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.Msg) {
-	t := time.NewTicker(r.cfg.AckWait / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := msg.InProgress(); err != nil {
-				log.Warn("heartbeat", zap.Error(err))
+// watchCancel watches the job's record and stops the job with
+// errCancelled when it turns cancelled. The watch starts with the current
+// value, so a cancel that came just before is seen too.
+func (r *Runner) watchCancel(ctx context.Context, log *zap.Logger, jobID string, stop context.CancelCauseFunc) {
+	for ctx.Err() == nil {
+		w, err := r.jobsKV.Watch(ctx, jobID)
+		if err != nil {
+			log.Debug("watching status for cancel", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
 			}
+			continue
+		}
+		cancelled := func() bool {
+			defer func() { _ = w.Stop() }()
+			for {
+				select {
+				case <-ctx.Done():
+					return false
+				case e, ok := <-w.Updates():
+					if !ok {
+						return false
+					}
+					if e == nil || e.Operation() != jetstream.KeyValuePut {
+						continue
+					}
+					if st, err := proto.DecodeStatus(e.Value()); err == nil && st.State == proto.StateCancelled {
+						return true
+					}
+				}
+			}
+		}()
+		if cancelled {
+			log.Info("job cancelled: stopping it")
+			stop(errCancelled)
+			return
 		}
 	}
 }
 
-// settle acks, retries or gives up on a job after its agent ended.
-func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg, job *proto.Job, attempt int, res agent.Result) {
-	// ctx may be the reason the agent stopped; the outcome is still
-	// written and the message still settled.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+// settle records how the attempt ended and acks, retries, hands back or
+// terminates the message. ctx may be the reason the job stopped: the
+// outcome is still written, within AckWait.
+func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg, job *proto.Job, p *registry.Project, attempt int, out outcome) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
 	defer cancel()
+	res := out.res
 	now := time.Now().UTC()
-	record := func(state proto.State) {
-		if _, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
-			st.State, st.Attempt, st.MaxAttempts = state, attempt, r.cfg.MaxAttempts
-			st.FinishedAt, st.Runner = now, r.cfg.Name
-			code := res.ExitCode
-			st.ExitCode = &code
-			st.Error = ""
-			if res.Err != nil {
-				st.Error = res.Err.Error()
-			}
-			return true
-		}); err != nil {
+	record := func(state proto.State) bool {
+		var wrote bool
+		err := retry(ctx, func() error {
+			var err error
+			wrote, _, err = r.write(ctx, job, attempt, func(st *proto.Status) {
+				st.State, st.Attempt, st.MaxAttempts = state, attempt, r.cfg.MaxAttempts
+				st.FinishedAt, st.Runner = now, r.cfg.Name
+				code := res.ExitCode
+				st.ExitCode = &code
+				st.Error = ""
+				if res.Err != nil {
+					st.Error = res.Err.Error()
+				}
+				if c := out.claude; c != nil {
+					st.CostUSD, st.Turns, st.SessionID = c.TotalCostUSD, c.NumTurns, c.SessionID
+				}
+			})
+			return err
+		})
+		if err != nil {
 			log.Warn("recording state", zap.String("state", string(state)), zap.Error(err))
 		}
+		return wrote
 	}
 	switch {
-	case res.Err == nil:
-		record(proto.StateDone)
-		if err := msg.DoubleAck(ctx); err != nil {
+	case errors.Is(res.Err, errAlreadyDone):
+		// A success redelivered (its ack was lost): finish what the first
+		// settle may not have, the pipeline and the ack.
+		log.Info("job already done: acking the redelivery")
+		r.advance(ctx, log, job, p)
+		if err := retry(ctx, func() error { return msg.DoubleAck(ctx) }); err != nil {
 			log.Warn("ack", zap.Error(err))
 		}
-		log.Info("job done", zap.Duration("took", res.Duration))
+	case errors.Is(res.Err, errCancelled):
+		r.recordCancelled(ctx, log, job, attempt, res)
+		if err := msg.TermWithReason(proto.ReasonCancelled); err != nil {
+			log.Warn("terminating cancelled job", zap.Error(err))
+		}
+		log.Info("job cancelled")
+	case errors.Is(res.Err, errLeaseLost), errors.Is(res.Err, errLockLost), errors.Is(res.Err, errSuperseded):
+		// JetStream has given or will give the job to another runner:
+		// leave the message and the record to it.
+		log.Warn("job lost to another runner: not settling it", zap.Error(res.Err))
 	case errors.Is(res.Err, errShutdown):
 		record(proto.StateQueued)
 		// Handed back at once: the attempt was not the job's fault.
 		_ = msg.Nak()
-		log.Warn("agent stopped by shutdown: job handed back", zap.Error(res.Err))
+		log.Warn("job stopped by shutdown: handed back", zap.Error(res.Err))
+	case res.Err == nil:
+		if !record(proto.StateDone) {
+			if st, _, err := r.status.Get(ctx, job.ID); err == nil && st.Attempt > attempt {
+				log.Warn("job done, but a later delivery owns it now: not acking")
+				return
+			}
+		}
+		r.advance(ctx, log, job, p)
+		if err := retry(ctx, func() error { return msg.DoubleAck(ctx) }); err != nil {
+			log.Warn("ack", zap.Error(err))
+		}
+		log.Info("job done", zap.Duration("took", res.Duration), zap.Float64("cost_usd", costOf(out.claude)))
 	case attempt < r.cfg.MaxAttempts:
 		delay := RetryDelay(r.cfg.RetryDelay, r.cfg.RetryMaxDelay, attempt)
 		record(proto.StateRetrying)
@@ -386,6 +590,87 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		record(proto.StateFailed)
 		_ = msg.Nak()
 		log.Error("agent failed on its last attempt", zap.Error(res.Err), zap.Int("exit_code", res.ExitCode))
+	}
+}
+
+func costOf(c *agent.ClaudeResult) float64 {
+	if c == nil {
+		return 0
+	}
+	return c.TotalCostUSD
+}
+
+// recordCancelled adds how the stopped attempt ended to a cancelled
+// record; the state stays cancelled.
+func (r *Runner) recordCancelled(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, res agent.Result) {
+	_, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
+		if st.State != proto.StateCancelled || st.Attempt > attempt {
+			return false
+		}
+		code := res.ExitCode
+		st.ExitCode, st.FinishedAt, st.Runner = &code, time.Now().UTC(), r.cfg.Name
+		st.Error = proto.ReasonCancelled
+		return true
+	})
+	if err != nil {
+		log.Warn("recording cancelled job", zap.Error(err))
+	}
+}
+
+// advance queues the next kind of the project's pipeline for the same
+// task. The next job's id is derived from this job's id, so a redelivered
+// success names the same job: JetStream's duplicate window drops a second
+// publish, and past it the existing status record does.
+func (r *Runner) advance(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) {
+	next := proto.Kind(p.Pipeline[string(job.Kind)])
+	if next == "" {
+		return
+	}
+	nj := proto.Job{
+		Schema: proto.SchemaVersion, ID: proto.JobID("pipeline|" + job.ID + "|" + string(next)),
+		Kind: next, Project: job.Project, Task: job.Task, CreatedAt: time.Now().UTC(),
+		Source: proto.Source{System: "runner", Event: "pipeline", Delivery: job.ID, Actor: r.cfg.Name},
+	}
+	log = log.With(zap.String("next_job", nj.ID), zap.String("next_kind", string(next)))
+	err := retry(ctx, func() error {
+		if _, _, err := r.status.Get(ctx, nj.ID); err == nil {
+			return nil // queued before
+		} else if !errors.Is(err, status.ErrNotFound) {
+			return err
+		}
+		data, err := json.Marshal(nj)
+		if err != nil {
+			return err
+		}
+		if _, err := r.js.Publish(ctx, proto.JobSubject(nj.Project, nj.Kind), data, jetstream.WithMsgID(nj.ID)); err != nil {
+			return fmt.Errorf("publishing job %s: %w", nj.ID, err)
+		}
+		// A runner may already have picked it up: Create leaves its state.
+		_, err = r.status.Create(ctx, &proto.Status{Job: nj, State: proto.StateQueued, MaxAttempts: r.cfg.MaxAttempts})
+		return err
+	})
+	if err != nil {
+		log.Error("pipeline: queuing the next job failed", zap.Error(err))
+		return
+	}
+	log.Info("pipeline: next job queued")
+}
+
+// retry calls f until it succeeds or ctx ends, backing off from 50ms to 1s.
+// It rides out a short NATS outage during a settle.
+func retry(ctx context.Context, f func() error) error {
+	delay := 50 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
 	}
 }
 

@@ -1,0 +1,343 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/embedded"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/services/runner"
+	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// runnerProcessEnv makes the test binary a runner process (TestMain): the
+// SIGKILL test needs a real process to kill.
+const runnerProcessEnv = "ORCH_TEST_RUNNER_PROCESS"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runnerProcessEnv) == "1" {
+		var cfg runner.Config
+		if err := service.FromEnv(&cfg); err != nil {
+			service.Fatal(err)
+		}
+		log, err := zap.NewDevelopment()
+		if err != nil {
+			service.Fatal(err)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		err = runner.Run(ctx, cfg, log)
+		stop()
+		if err != nil {
+			service.Fatal(err)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// env is one test's world: a JetStream server, a git remote, a registry.
+type env struct {
+	t        *testing.T
+	dir      string
+	srv      *embedded.Server
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	status   *status.Store
+	remote   string
+	projects string
+	runs     string // where agents record their runs
+}
+
+func newEnv(t *testing.T, projectExtra string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{t: t, dir: dir, srv: natstest.Server(t), remote: filepath.Join(dir, "remote"), runs: filepath.Join(dir, "runs")}
+	_, e.js, e.kv = natstest.Connect(t, e.srv)
+	e.status = status.New(e.kv)
+	if err := workspace.CreateRepo(context.Background(), e.remote, "main", map[string]string{"README.md": "widgets\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.runs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.projects = filepath.Join(dir, "projects.yaml")
+	yaml := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n%s", e.remote, projectExtra)
+	if err := os.WriteFile(e.projects, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// script writes an agent script; in it $RUNS is the runs directory.
+func (e *env) script(body string) string {
+	path := filepath.Join(e.dir, fmt.Sprintf("agent-%d.sh", time.Now().UnixNano()))
+	text := "#!/bin/sh\nRUNS=" + e.runs + "\n" + body
+	if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	return "sh " + path
+}
+
+// config is a runner configuration with short timings for tests.
+func (e *env) config(name, agentCommand string) runner.Config {
+	return runner.Config{
+		Common:         service.Common{NATSURL: e.srv.URL(), DataDir: e.dir},
+		ProjectsFile:   e.projects,
+		MaxConcurrency: 1,
+		MaxAttempts:    3,
+		RetryDelay:     100 * time.Millisecond,
+		RetryMaxDelay:  2 * time.Second,
+		AgentCommand:   agentCommand,
+		AgentTimeout:   time.Minute,
+		WorkspaceDir:   filepath.Join(e.dir, "ws-"+name),
+		ShutdownGrace:  time.Second,
+		AckWait:        time.Second,
+		KillGrace:      200 * time.Millisecond,
+		Name:           name,
+	}
+}
+
+// start runs a runner until the returned stop is called (or the test ends).
+func (e *env) start(cfg runner.Config) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	log := zaptest.NewLogger(e.t, zaptest.Level(zap.InfoLevel)).Named(cfg.Name)
+	go func() {
+		defer close(done)
+		if err := runner.Run(ctx, cfg, log); err != nil {
+			e.t.Errorf("runner %s: %v", cfg.Name, err)
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	e.t.Cleanup(stop)
+	return stop
+}
+
+// job makes a job of task and kind.
+func job(id, task string, kind proto.Kind) *proto.Job {
+	return &proto.Job{Schema: proto.SchemaVersion, ID: proto.JobID(id), Kind: kind, Project: "widgets",
+		Task: proto.Task{ID: task, Title: "Title of " + task, Body: "Body of " + task}, Source: proto.Source{System: "api"},
+		CreatedAt: time.Now().UTC()}
+}
+
+// enqueue does what the gateway does: publish with dedupe, record queued.
+func (e *env) enqueue(j *proto.Job) {
+	e.t.Helper()
+	data, _ := json.Marshal(j)
+	ctx := context.Background()
+	if _, err := e.js.Publish(ctx, proto.JobSubject(j.Project, j.Kind), data, jetstream.WithMsgID(j.ID)); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.status.Create(ctx, &proto.Status{Job: *j, State: proto.StateQueued}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) waitState(id string, want proto.State, timeout time.Duration) *proto.Status {
+	e.t.Helper()
+	var st *proto.Status
+	natstest.CheckFor(e.t, timeout, 20*time.Millisecond, func() error {
+		var err error
+		st, _, err = e.status.Get(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if st.State != want {
+			return fmt.Errorf("job %s is %s (%s), want %s", id, st.State, st.Error, want)
+		}
+		return nil
+	})
+	return st
+}
+
+// waitStreamEmpty waits until JOBS holds no message: every job settled.
+func (e *env) waitStreamEmpty(timeout time.Duration) {
+	e.t.Helper()
+	natstest.CheckFor(e.t, timeout, 20*time.Millisecond, func() error {
+		s, err := e.js.Stream(context.Background(), proto.StreamJobs)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 0 {
+			return fmt.Errorf("JOBS holds %d messages", info.State.Msgs)
+		}
+		return nil
+	})
+}
+
+// lines returns the lines of a file under runs, none if it is missing.
+func (e *env) lines(name string) []string {
+	data, err := os.ReadFile(filepath.Join(e.runs, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Fields(strings.ReplaceAll(string(data), "\n", " "))
+}
+
+func (e *env) pid(name string) int {
+	e.t.Helper()
+	var pid int
+	natstest.CheckFor(e.t, 30*time.Second, 10*time.Millisecond, func() error {
+		data, err := os.ReadFile(filepath.Join(e.runs, name))
+		if err != nil {
+			return err
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err
+	})
+	return pid
+}
+
+func waitGone(t *testing.T, pids ...int) {
+	t.Helper()
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		for _, pid := range pids {
+			if agent.Alive(pid) {
+				return fmt.Errorf("process %d is still alive", pid)
+			}
+		}
+		return nil
+	})
+}
+
+// The overlap tracker. Agents made with trackedAgent write, per run, a file
+// runs/run.<job>.<attempt>.<pid> with "start <ns>" and, if they finish,
+// "end <ns>". A run killed before its end is closed when the tracker sees
+// its process gone. The maximum number of runs open at once is the
+// overlap.
+const trackedAgent = `f=$RUNS/run.$ORCH_JOB_ID.$ORCH_ATTEMPT.$$
+echo "start $(date +%s%N)" > $f
+sleep "$SLEEP"
+echo "end $(date +%s%N)" >> $f
+`
+
+type tracker struct {
+	e    *env
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex
+	gone map[string]int64 // run file → when its process was seen gone
+}
+
+func (e *env) track() *tracker {
+	tr := &tracker{e: e, stop: make(chan struct{}), done: make(chan struct{}), gone: map[string]int64{}}
+	go func() {
+		defer close(tr.done)
+		for {
+			select {
+			case <-tr.stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			tr.poll()
+		}
+	}()
+	e.t.Cleanup(tr.close)
+	return tr
+}
+
+func (tr *tracker) close() {
+	select {
+	case <-tr.stop:
+	default:
+		close(tr.stop)
+	}
+	<-tr.done
+}
+
+func (tr *tracker) poll() {
+	files, _ := filepath.Glob(filepath.Join(tr.e.runs, "run.*"))
+	for _, f := range files {
+		tr.mu.Lock()
+		_, seen := tr.gone[f]
+		tr.mu.Unlock()
+		if seen {
+			continue
+		}
+		data, _ := os.ReadFile(f)
+		if strings.Contains(string(data), "end ") {
+			continue
+		}
+		pid, _ := strconv.Atoi(f[strings.LastIndexByte(f, '.')+1:])
+		if pid > 0 && !agent.Alive(pid) {
+			now := time.Now().UnixNano()
+			tr.mu.Lock()
+			tr.gone[f] = now
+			tr.mu.Unlock()
+		}
+	}
+}
+
+// result returns the maximum overlap and, per job, how many runs finished.
+func (tr *tracker) result() (maxOverlap int, finished map[string]int) {
+	tr.close()
+	tr.poll()
+	type event struct {
+		at    int64
+		delta int
+	}
+	var events []event
+	finished = map[string]int{}
+	files, _ := filepath.Glob(filepath.Join(tr.e.runs, "run.*"))
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		var start, end int64
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "start "); ok {
+				start, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(line, "end "); ok {
+				end, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if end > 0 {
+			finished[strings.Split(filepath.Base(f), ".")[1]]++
+		} else if g, ok := tr.gone[f]; ok {
+			end = g
+		} else {
+			tr.e.t.Errorf("run %s neither ended nor died", f)
+			continue
+		}
+		events = append(events, event{start, +1}, event{end, -1})
+	}
+	sort.Slice(events, func(i, j int) bool {
+		if events[i].at != events[j].at {
+			return events[i].at < events[j].at
+		}
+		return events[i].delta < events[j].delta // ends first
+	})
+	cur := 0
+	for _, ev := range events {
+		cur += ev.delta
+		maxOverlap = max(maxOverlap, cur)
+	}
+	return maxOverlap, finished
+}

@@ -1,0 +1,81 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// The heartbeat is a lease.
+//
+// Every AckWait/3 the runner tells JetStream the job is in progress. That
+// message is fire-and-forget (the client buffers it while disconnected and
+// reports no error), so each beat is confirmed: a flush round trip to the
+// server, and, once the task lock is held, a compare-and-set refresh of the
+// lock, which only JetStream can answer. A runner that has had no
+// confirmed beat for leaseTimeout (2/3 of AckWait) must assume JetStream
+// will hand the job to another runner when AckWait runs out, and stops its
+// agent with errLeaseLost, within the remaining third of AckWait (the kill
+// grace should be shorter than that). So neither MaxAckPending nor "one
+// agent per task" breaks across a NATS outage or a partition.
+
+// errLeaseLost is the cause of a job stopped because its heartbeat could
+// not be confirmed for too long.
+var errLeaseLost = errors.New("lease lost: no confirmed heartbeat within AckWait")
+
+// leaseTimeout is how long a runner keeps a job without a confirmed beat.
+func (r *Runner) leaseTimeout() time.Duration { return r.cfg.AckWait * 2 / 3 }
+
+// heartbeat keeps msg in progress until ctx ends, and calls lost when the
+// lease is gone.
+func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.Msg, lock *atomic.Pointer[taskLock], lost context.CancelCauseFunc) {
+	interval := r.cfg.AckWait / 3
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := r.beat(ctx, msg, lock.Load(), interval/2)
+		switch {
+		case err == nil:
+			lastOK = time.Now()
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, errLockLost):
+			log.Error("task lock taken over by another runner: stopping the job", zap.Error(err))
+			lost(errLockLost)
+			return
+		case time.Since(lastOK) > r.leaseTimeout():
+			log.Error("lease lost: stopping the job", zap.Error(err), zap.Duration("since_last_beat", time.Since(lastOK)))
+			lost(errLeaseLost)
+			return
+		default:
+			log.Warn("heartbeat not confirmed", zap.Error(err), zap.Duration("since_last_beat", time.Since(lastOK)))
+		}
+	}
+}
+
+// beat sends InProgress and confirms it reached JetStream.
+func (r *Runner) beat(ctx context.Context, msg jetstream.Msg, l *taskLock, timeout time.Duration) error {
+	if err := msg.InProgress(); err != nil {
+		return fmt.Errorf("in progress: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("confirming heartbeat: %w", err)
+	}
+	if l != nil {
+		return l.refresh(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,516 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/services/runner"
+	"github.com/orch-dev/orch/services/runner/agent"
+)
+
+// An agent that fails twice then succeeds runs exactly three times, ends
+// done, and waits longer before its third run than before its second.
+func TestRetriesThenSuccess(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.script(`echo "$(date +%s%N)" >> $RUNS/$ORCH_JOB_ID
+test "$(wc -l < $RUNS/$ORCH_JOB_ID)" -ge 3 || exit 4
+`))
+	cfg.RetryDelay = 400 * time.Millisecond
+	e.start(cfg)
+	j := job("retry", "task-1", proto.KindImplement)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateDone, 60*time.Second)
+	e.waitStreamEmpty(10 * time.Second)
+	runs := e.lines(j.ID)
+	if len(runs) != 3 || st.Attempt != 3 || st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Fatalf("%d runs, status %+v; want 3 runs, attempt 3, exit 0", len(runs), st)
+	}
+	var at []int64
+	for _, r := range runs {
+		ns, _ := strconv.ParseInt(r, 10, 64)
+		at = append(at, ns)
+	}
+	gap1, gap2 := time.Duration(at[1]-at[0]), time.Duration(at[2]-at[1])
+	// Lower bounds only (a loaded machine makes gaps longer, never
+	// shorter): the first retry waits at least 0.8×400ms, the second at
+	// least 0.8×800ms.
+	if gap1 < 320*time.Millisecond || gap2 < 640*time.Millisecond {
+		t.Errorf("gaps between runs %v and %v: want at least 320ms and 640ms", gap1, gap2)
+	}
+	t.Logf("gaps between runs: %v, %v", gap1, gap2)
+}
+
+func TestRetryDelay(t *testing.T) {
+	for attempt, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 10: 10 * time.Second} {
+		for range 50 {
+			d := runner.RetryDelay(time.Second, 10*time.Second, attempt)
+			if d < want*8/10 || d > min(want*12/10, 10*time.Second) {
+				t.Fatalf("attempt %d: delay %v, want %v ±20%% capped at 10s", attempt, d, want)
+			}
+		}
+	}
+}
+
+// 20 jobs, a limit of 3, two runner processes' worth of runners: never
+// more than 3 agents at once, and 3 at some point.
+func TestConcurrencyAcrossRunners(t *testing.T) {
+	e := newEnv(t, "")
+	tr := e.track()
+	agentCmd := e.script("SLEEP=0.4\n" + trackedAgent)
+	for _, name := range []string{"r1", "r2"} {
+		cfg := e.config(name, agentCmd)
+		cfg.MaxConcurrency = 3
+		cfg.AckWait = 2 * time.Second
+		e.start(cfg)
+	}
+	var ids []string
+	for i := range 20 {
+		j := job(fmt.Sprint("conc", i), fmt.Sprint("task-", i), proto.KindImplement)
+		ids = append(ids, j.ID)
+		e.enqueue(j)
+	}
+	for _, id := range ids {
+		e.waitState(id, proto.StateDone, 120*time.Second)
+	}
+	e.waitStreamEmpty(10 * time.Second)
+	overlap, finished := tr.result()
+	if overlap > 3 || overlap < 3 {
+		t.Errorf("max overlap %d, want exactly 3 (never more, and reached)", overlap)
+	}
+	for _, id := range ids {
+		if finished[id] != 1 {
+			t.Errorf("job %s finished %d times, want 1", id, finished[id])
+		}
+	}
+}
+
+// Two jobs of one task run in the same worktree on agent/<task>, one after
+// the other, never at once; the second sees the first one's commit.
+func TestSameTaskNeverAtOnce(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.script(`f=$RUNS/$ORCH_JOB_ID
+echo "start $(date +%s%N)" > $f
+echo "dir $(pwd)" >> $f
+echo "branch $(git rev-parse --abbrev-ref HEAD)" >> $f
+echo "commits $(git rev-list --count HEAD)" >> $f
+sleep 0.5
+git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m "$ORCH_KIND"
+echo "end $(date +%s%N)" >> $f
+`))
+	cfg.MaxConcurrency = 2
+	e.start(cfg)
+	a, b := job("same-a", "shared", proto.KindImplement), job("same-b", "shared", proto.KindRespond)
+	e.enqueue(a)
+	e.enqueue(b)
+	e.waitState(a.ID, proto.StateDone, 60*time.Second)
+	e.waitState(b.ID, proto.StateDone, 60*time.Second)
+
+	read := func(id string) map[string]string {
+		data, err := os.ReadFile(filepath.Join(e.runs, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			m[k] = v
+		}
+		return m
+	}
+	ra, rb := read(a.ID), read(b.ID)
+	wantDir := filepath.Join(cfg.WorkspaceDir, "worktrees", "widgets", "shared")
+	for _, r := range []map[string]string{ra, rb} {
+		if r["dir"] != wantDir || r["branch"] != "agent/shared" {
+			t.Errorf("run in %s on %s, want %s on agent/shared", r["dir"], r["branch"], wantDir)
+		}
+	}
+	first, second := ra, rb
+	if ra["start"] > rb["start"] {
+		first, second = rb, ra
+	}
+	if second["start"] < first["end"] {
+		t.Errorf("the runs overlap: %v and %v", first, second)
+	}
+	if first["commits"] != "1" || second["commits"] != "2" {
+		t.Errorf("commits seen: %s then %s, want 1 then 2 (the worktree is reused)", first["commits"], second["commits"])
+	}
+}
+
+// Cancel of a running job stops its agent and grandchild, records
+// cancelled, and terminates the message with reason "cancelled".
+func TestCancelRunning(t *testing.T) {
+	e := newEnv(t, "")
+	e.start(e.config("r1", e.script(`sleep 300 & echo $! > $RUNS/child.pid
+echo $$ > $RUNS/agent.pid
+wait
+`)))
+	j := job("cancel-running", "task-c", proto.KindImplement)
+	e.enqueue(j)
+	agentPid, childPid := e.pid("agent.pid"), e.pid("child.pid")
+	e.waitState(j.ID, proto.StateRunning, 10*time.Second)
+	if _, err := e.status.Cancel(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, agentPid, childPid)
+	e.waitStreamEmpty(10 * time.Second)
+	st := e.waitState(j.ID, proto.StateCancelled, 10*time.Second)
+	if st.Error != proto.ReasonCancelled {
+		t.Errorf("status %+v", st)
+	}
+	if reason := termReason(t, e); reason != proto.ReasonCancelled {
+		t.Errorf("term reason %q, want %q", reason, proto.ReasonCancelled)
+	}
+}
+
+// termReason waits for the MSG_TERMINATED advisory and returns its reason.
+func termReason(t *testing.T, e *env) string {
+	t.Helper()
+	var reason string
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		s, err := e.js.Stream(context.Background(), proto.StreamAdvisories)
+		if err != nil {
+			return err
+		}
+		raw, err := s.GetLastMsgForSubject(context.Background(), proto.SubjectAdvisoryTerminated)
+		if err != nil {
+			return err
+		}
+		a, err := proto.DecodeAdvisory(raw.Data)
+		if err != nil {
+			return err
+		}
+		reason = a.Reason
+		return nil
+	})
+	return reason
+}
+
+// A job cancelled while queued is skipped when pulled: no agent runs.
+func TestCancelQueued(t *testing.T) {
+	e := newEnv(t, "")
+	j := job("cancel-queued", "task-q", proto.KindImplement)
+	e.enqueue(j)
+	if _, err := e.status.Cancel(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.config("r1", e.script(`touch $RUNS/$ORCH_JOB_ID`)))
+	e.waitStreamEmpty(10 * time.Second)
+	if reason := termReason(t, e); reason != proto.ReasonCancelled {
+		t.Errorf("term reason %q, want %q", reason, proto.ReasonCancelled)
+	}
+	if _, err := os.Stat(filepath.Join(e.runs, j.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the agent ran for a cancelled job")
+	}
+	e.waitState(j.ID, proto.StateCancelled, time.Second)
+}
+
+// The watchdog kills an agent that hangs and its grandchild, and records
+// the timeout.
+func TestWatchdog(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.script(`sleep 300 & echo $! > $RUNS/child.pid
+echo $$ > $RUNS/agent.pid
+wait
+`))
+	cfg.AgentTimeout = 500 * time.Millisecond
+	cfg.MaxAttempts = 1
+	e.start(cfg)
+	j := job("watchdog", "task-w", proto.KindImplement)
+	e.enqueue(j)
+	agentPid, childPid := e.pid("agent.pid"), e.pid("child.pid")
+	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
+	waitGone(t, agentPid, childPid)
+	if !strings.Contains(st.Error, "timeout") || st.Log == "" {
+		t.Errorf("status %+v, want a timeout error and a log", st)
+	}
+	if data, _ := os.ReadFile(st.Log); !strings.Contains(string(data), "timeout") {
+		t.Errorf("log %s does not say timeout: %q", st.Log, data)
+	}
+}
+
+// On success the pipeline's next kind is queued for the same task, once,
+// even when the success is delivered again.
+func TestPipeline(t *testing.T) {
+	e := newEnv(t, "    pipeline: {implement: review}\n")
+	e.start(e.config("r1", e.script(`echo "$ORCH_KIND $ORCH_TASK" >> $RUNS/kinds`)))
+	j := job("pipe", "task-p", proto.KindImplement)
+	e.enqueue(j)
+	nextID := proto.JobID("pipeline|" + j.ID + "|review")
+	e.waitState(j.ID, proto.StateDone, 30*time.Second)
+	next := e.waitState(nextID, proto.StateDone, 30*time.Second)
+	if next.Job.Kind != proto.KindReview || next.Job.Task.ID != "task-p" || next.Job.Source.System != "runner" {
+		t.Errorf("next job %+v", next.Job)
+	}
+	// The same success delivered again (as after a lost ack): acked
+	// without running, and the review is not queued twice.
+	data, _ := os.ReadFile(filepath.Join(e.runs, "kinds"))
+	raw := fmt.Sprintf(`{"schema":1,"id":%q,"kind":"implement","project":"widgets","task":{"id":"task-p"}}`, j.ID)
+	if _, err := e.js.Publish(context.Background(), proto.JobSubject("widgets", proto.KindImplement), []byte(raw), jetstream.WithMsgID("redelivery")); err != nil {
+		t.Fatal(err)
+	}
+	e.waitStreamEmpty(10 * time.Second)
+	if got, _ := os.ReadFile(filepath.Join(e.runs, "kinds")); string(got) != string(data) || string(got) != "implement task-p\nreview task-p\n" {
+		t.Errorf("agent runs %q, want one implement and one review", got)
+	}
+}
+
+// A job that cannot be decoded, or names an unknown project, is
+// terminated at once, after its record is written.
+func TestTerminateBadJobs(t *testing.T) {
+	e := newEnv(t, "")
+	e.start(e.config("r1", e.script(`touch $RUNS/ran`)))
+	ctx := context.Background()
+	ack, err := e.js.Publish(ctx, "jobs.widgets.implement", []byte("{not json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.waitState("seq-"+strconv.FormatUint(ack.Sequence, 10), proto.StateFailed, 10*time.Second)
+	if !strings.Contains(st.Error, "decoding job") {
+		t.Errorf("undecodable: %+v", st)
+	}
+	j := job("unknown", "task-u", proto.KindImplement)
+	j.Project = "nobody"
+	e.enqueue(j)
+	st = e.waitState(j.ID, proto.StateFailed, 10*time.Second)
+	if !strings.Contains(st.Error, `unknown project "nobody"`) {
+		t.Errorf("unknown project: %+v", st)
+	}
+	if id, cause := proto.ParseTermReason(termReason(t, e)); id != j.ID || !strings.Contains(cause, "unknown project") {
+		t.Errorf("term reason names %q, %q", id, cause)
+	}
+	e.waitStreamEmpty(10 * time.Second)
+	if _, err := os.Stat(filepath.Join(e.runs, "ran")); err == nil {
+		t.Error("an agent ran for a bad job")
+	}
+}
+
+// Claude Code's result object goes into the status record; is_error fails
+// the attempt even with exit 0.
+func TestClaudeResultRecorded(t *testing.T) {
+	e := newEnv(t, "")
+	ok, _ := filepath.Abs("agent/testdata/claude-stream.jsonl")
+	bad, _ := filepath.Abs("agent/testdata/claude-stream-error.jsonl")
+	cfg := e.config("r1", e.script(fmt.Sprintf(`case "$ORCH_TASK" in good) cat %q;; *) cat %q;; esac`, ok, bad)))
+	cfg.MaxAttempts = 1
+	e.start(cfg)
+	good, failing := job("claude-good", "good", proto.KindReview), job("claude-bad", "bad", proto.KindFix)
+	e.enqueue(good)
+	e.enqueue(failing)
+	st := e.waitState(good.ID, proto.StateDone, 30*time.Second)
+	if st.CostUSD != 0.18374925 || st.Turns != 7 || st.SessionID != "5f0f4c2e-8d1b-4f7e-9a57-2c1e0b6d9a31" {
+		t.Errorf("status %+v lacks Claude's figures", st)
+	}
+	st = e.waitState(failing.ID, proto.StateFailed, 30*time.Second)
+	if st.Turns != 31 || !strings.Contains(st.Error, "error_max_turns") || st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Errorf("status %+v, want a failure from is_error", st)
+	}
+}
+
+// A cleanup job runs no agent and removes the task's worktree.
+func TestCleanup(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.script(`echo "$ORCH_KIND" >> $RUNS/kinds`))
+	e.start(cfg)
+	impl := job("impl", "task-x", proto.KindImplement)
+	e.enqueue(impl)
+	e.waitState(impl.ID, proto.StateDone, 30*time.Second)
+	dir := filepath.Join(cfg.WorkspaceDir, "worktrees", "widgets", "task-x")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+	clean := job("clean", "task-x", proto.KindCleanup)
+	e.enqueue(clean)
+	e.waitState(clean.ID, proto.StateDone, 30*time.Second)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("worktree still there: %v", err)
+	}
+	if got := e.lines("kinds"); len(got) != 1 {
+		t.Errorf("agent ran for %v, want only the implement job", got)
+	}
+}
+
+// Shutdown: a job whose agent outlives the grace is stopped and handed
+// back (queued), and another runner then completes it.
+func TestShutdownHandsBack(t *testing.T) {
+	e := newEnv(t, "")
+	agentCmd := e.script(`echo $$ > $RUNS/agent.$ORCH_ATTEMPT.pid
+test "$ORCH_ATTEMPT" = 1 && exec sleep 300
+exit 0
+`)
+	cfg := e.config("r1", agentCmd)
+	cfg.ShutdownGrace = 300 * time.Millisecond
+	stop := e.start(cfg)
+	j := job("shutdown", "task-s", proto.KindImplement)
+	e.enqueue(j)
+	pid := e.pid("agent.1.pid")
+	e.waitState(j.ID, proto.StateRunning, 10*time.Second)
+	stop()
+	if agentAlive := waitQuick(pid); agentAlive {
+		t.Errorf("agent %d outlived its runner's shutdown", pid)
+	}
+	st, _, err := e.status.Get(context.Background(), j.ID)
+	if err != nil || st.State != proto.StateQueued {
+		t.Fatalf("after shutdown: %+v, %v; want queued", st, err)
+	}
+	e.start(e.config("r2", agentCmd))
+	st = e.waitState(j.ID, proto.StateDone, 30*time.Second)
+	if st.Runner != "r2" || st.Attempt != 2 {
+		t.Errorf("status %+v, want done by r2 on attempt 2", st)
+	}
+}
+
+// waitQuick reports whether pid is still alive a moment later.
+func waitQuick(pid int) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if !agent.Alive(pid) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// A runner process killed with SIGKILL while its agent runs leaves no
+// agent, no grandchild (not even one that left the process group), and the
+// job completes on a new runner.
+func TestRunnerSIGKILL(t *testing.T) {
+	e := newEnv(t, "")
+	agentCmd := e.script(`echo $$ > $RUNS/agent.$ORCH_ATTEMPT.pid
+if test "$ORCH_ATTEMPT" = 1; then
+  sleep 300 & echo $! > $RUNS/child.pid
+  setsid sleep 300 & echo $! > $RUNS/escaped.pid
+  wait
+fi
+exit 0
+`)
+	cfg := e.config("proc", agentCmd)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), runnerProcessEnv+"=1",
+		"ORCH_NATS_URL="+e.srv.URL(), "ORCH_DATA_DIR="+e.dir, "ORCH_PROJECTS_FILE="+e.projects,
+		"ORCH_AGENT_COMMAND="+agentCmd, "ORCH_ACK_WAIT=1s", "ORCH_AGENT_KILL_GRACE=200ms",
+		"ORCH_WORKSPACE_DIR="+cfg.WorkspaceDir, "ORCH_RUNNER_NAME=proc", "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console")
+	logf, err := os.Create(filepath.Join(e.dir, "runner-process.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	j := job("sigkill", "task-k", proto.KindImplement)
+	e.enqueue(j)
+	pids := []int{e.pid("agent.1.pid"), e.pid("child.pid"), e.pid("escaped.pid")}
+	for _, pid := range pids {
+		if !agent.Alive(pid) {
+			t.Fatalf("process %d not running before the kill", pid)
+		}
+	}
+	if err := cmd.Process.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitGone(t, pids...)
+
+	e.start(e.config("after", agentCmd))
+	st := e.waitState(j.ID, proto.StateDone, 60*time.Second)
+	if st.Runner != "after" || st.Attempt < 2 {
+		t.Errorf("status %+v, want done by the new runner", st)
+	}
+	if t.Failed() {
+		data, _ := os.ReadFile(logf.Name())
+		t.Logf("runner process log:\n%s", data)
+	}
+}
+
+// JetStream restarted while agents run, once briefly and once kept down
+// past AckWait: never more agents than the limit at once, and every job
+// finishes exactly once.
+func TestJetStreamRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		down time.Duration
+	}{{"quick restart", 0}, {"down past AckWait", 4 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			tr := e.track()
+			cfg := e.config("r1", e.script("SLEEP=3\n"+trackedAgent))
+			cfg.MaxConcurrency = 3
+			cfg.AckWait = 1500 * time.Millisecond
+			e.start(cfg)
+			var ids []string
+			for i := range 5 {
+				j := job(fmt.Sprint(tc.name, i), fmt.Sprint("task-", i), proto.KindImplement)
+				ids = append(ids, j.ID)
+				e.enqueue(j)
+			}
+			natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+				files, _ := filepath.Glob(filepath.Join(e.runs, "run.*"))
+				if len(files) < 3 {
+					return fmt.Errorf("%d agents started", len(files))
+				}
+				return nil
+			})
+			e.srv.Shutdown()
+			time.Sleep(tc.down) // the outage itself, not a wait for a result
+			if err := e.srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range ids {
+				e.waitState(id, proto.StateDone, 90*time.Second)
+			}
+			e.waitStreamEmpty(30 * time.Second)
+			overlap, finished := tr.result()
+			if overlap > 3 {
+				t.Errorf("max overlap %d, want at most 3", overlap)
+			}
+			for _, id := range ids {
+				if finished[id] != 1 {
+					t.Errorf("job %s finished %d times, want 1", id, finished[id])
+				}
+			}
+			t.Logf("max overlap %d", overlap)
+		})
+	}
+}
+
+// A runner that lost its job (a later delivery owns the record) cannot
+// move the record back, nor a terminal record to another state.
+func TestStaleRunnerCannotOverwrite(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	j := job("stale", "task-z", proto.KindImplement)
+	e.enqueue(j)
+	// Simulate: a later delivery (attempt 2) has finished the job.
+	if _, err := e.status.Update(ctx, j, func(st *proto.Status) bool {
+		st.State, st.Attempt, st.Runner = proto.StateDone, 2, "new"
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The job's message is delivered again (attempt 1 on this consumer):
+	// the runner sees done, acks, and leaves the record alone.
+	e.start(e.config("old", e.script(`touch $RUNS/ran`)))
+	e.waitStreamEmpty(10 * time.Second)
+	st, _, _ := e.status.Get(ctx, j.ID)
+	if st.State != proto.StateDone || st.Runner != "new" || st.Attempt != 2 {
+		t.Errorf("record %+v was overwritten", st)
+	}
+	if _, err := os.Stat(filepath.Join(e.runs, "ran")); err == nil {
+		t.Error("an agent ran for a done job")
+	}
+}
+

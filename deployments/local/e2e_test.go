@@ -24,6 +24,7 @@ import (
 	"github.com/orch-dev/orch/services/gateway/webhook"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
+	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 const giteaSecret = "fixture-secret"
@@ -76,8 +77,15 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The runner works in real git worktrees: the project's clone_url is
+	// a repository made here.
+	remote := filepath.Join(dir, "remote")
+	if err := workspace.CreateRepo(context.Background(), remote, "main", map[string]string{"README.md": "widgets\n"}); err != nil {
+		t.Fatal(err)
+	}
 	projects := filepath.Join(dir, "projects.yaml")
-	if err := os.WriteFile(projects, []byte("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n"), 0o644); err != nil {
+	registryYAML := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n", remote)
+	if err := os.WriteFile(projects, []byte(registryYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tg := httptest.NewServer(sys.telegram)

@@ -3,22 +3,31 @@
 // store under ORCH_DATA_DIR and every write fsynced before it is acked,
 // and the gateway, a runner and the notifier in one process. Every ORCH_
 // variable is honoured; Ctrl-C stops everything.
+//
+// The runner clones every project's clone_url. A project of the registry
+// whose clone_url is a local path that does not exist yet (the sample
+// registry's ./.data/sample-repo) gets a small sample git repository
+// there, so `make run` works with nothing but Go and git installed.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto/embedded"
+	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
+	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 func main() {
@@ -45,6 +54,10 @@ func main() {
 }
 
 func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.Config, log *zap.Logger) error {
+	rn.SetDefaults()
+	if err := sampleRepos(ctx, rn.ProjectsFile, log); err != nil {
+		return err
+	}
 	opts, err := embedded.FromURL(gw.NATSURL)
 	if err != nil {
 		return fmt.Errorf("ORCH_NATS_URL: %w", err)
@@ -77,4 +90,31 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// sampleRepos creates a sample git repository for every project whose
+// clone_url is a local path with nothing there yet.
+func sampleRepos(ctx context.Context, projectsFile string, log *zap.Logger) error {
+	reg, err := registry.Load(projectsFile)
+	if err != nil {
+		return err
+	}
+	for _, p := range reg.Projects() {
+		path := p.CloneURL
+		if path == "" || strings.Contains(path, "://") || strings.Contains(strings.SplitN(path, "/", 2)[0], ":") {
+			continue // a remote URL: nothing to make
+		}
+		if _, err := os.Stat(path); err == nil || !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		files := map[string]string{
+			"README.md": "# " + p.Key + "\n\nA sample repository made by `make run` for project " + p.Key + ".\n",
+			"main.go":   "package main\n\nfunc main() { println(\"hello from " + p.Key + "\") }\n",
+		}
+		if err := workspace.CreateRepo(ctx, path, p.DefaultBranch, files); err != nil {
+			return fmt.Errorf("making the sample repository of %s: %w", p.Key, err)
+		}
+		log.Info("made a sample git repository", zap.String("project", p.Key), zap.String("path", path))
+	}
+	return nil
 }

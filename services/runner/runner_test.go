@@ -513,4 +513,3 @@ func TestStaleRunnerCannotOverwrite(t *testing.T) {
 		t.Error("an agent ran for a done job")
 	}
 }
-

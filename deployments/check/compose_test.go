@@ -1,0 +1,221 @@
+package check
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+var composeDir = filepath.Join(repoRoot, "deployments", "compose")
+
+// loadCompose loads compose.yaml with compose-spec's own loader (the one
+// docker compose uses: schema validation, interpolation, merge keys),
+// interpolating from envFile as `docker compose --env-file` would.
+func loadCompose(t *testing.T, envFile string) (*types.Project, error) {
+	t.Helper()
+	dir, err := filepath.Abs(composeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(dir, "compose.yaml")},
+		cli.WithWorkingDirectory(dir),
+		cli.WithEnvFiles(envFile),
+		cli.WithDotEnv,
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts.LoadProject(context.Background())
+}
+
+func loadComposeExample(t *testing.T) *types.Project {
+	t.Helper()
+	p, err := loadCompose(t, filepath.Join(composeDir, ".env.example"))
+	if err != nil {
+		t.Fatalf("loading compose.yaml with .env.example: %v", err)
+	}
+	return p
+}
+
+// composeKinds maps the compose services to orch services.
+func composeKind(name string) string {
+	switch {
+	case name == "gateway", name == "notifier":
+		return name
+	case strings.HasPrefix(name, "runner-"):
+		return "runner"
+	}
+	return ""
+}
+
+func composeEnvs(t *testing.T) []deploymentEnv {
+	t.Helper()
+	var envs []deploymentEnv
+	for name, svc := range loadComposeExample(t).Services {
+		kind := composeKind(name)
+		if kind == "" {
+			continue
+		}
+		env := map[string]string{}
+		for k, v := range svc.Environment {
+			if v != nil {
+				env[k] = *v
+			}
+		}
+		envs = append(envs, deploymentEnv{where: "compose/compose.yaml " + name, service: kind, env: env})
+	}
+	return envs
+}
+
+func TestComposeLoads(t *testing.T) {
+	p := loadComposeExample(t)
+
+	var nats, runners []string
+	for name := range p.Services {
+		switch {
+		case strings.HasPrefix(name, "nats-"):
+			nats = append(nats, name)
+		case strings.HasPrefix(name, "runner-"):
+			runners = append(runners, name)
+		}
+	}
+	if len(nats) != 3 {
+		t.Errorf("NATS nodes %v, want 3", nats)
+	}
+	if len(runners) != 2 {
+		t.Errorf("runners %v, want 2", runners)
+	}
+	for _, want := range []string{"gateway", "notifier"} {
+		if _, ok := p.Services[want]; !ok {
+			t.Errorf("no %s service", want)
+		}
+	}
+
+	volumeTargets := map[string]bool{}
+	for name, svc := range p.Services {
+		// Every NATS node and the gateway answer a health check; the
+		// services wait for healthy NATS nodes.
+		if strings.HasPrefix(name, "nats-") || name == "gateway" {
+			if svc.HealthCheck == nil || len(svc.HealthCheck.Test) == 0 || svc.HealthCheck.Disable {
+				t.Errorf("%s has no health check", name)
+			}
+		}
+		if composeKind(name) != "" {
+			for _, n := range nats {
+				if dep, ok := svc.DependsOn[n]; !ok || dep.Condition != types.ServiceConditionHealthy {
+					t.Errorf("%s does not wait for %s to be healthy", name, n)
+				}
+			}
+			if svc.Build == nil {
+				t.Errorf("%s has no build section", name)
+			} else {
+				df := filepath.Join(svc.Build.Context, svc.Build.Dockerfile)
+				if _, err := os.Stat(df); err != nil {
+					t.Errorf("%s builds from %s: %v", name, df, err)
+				}
+				if ctx, _ := filepath.Abs(repoRoot); svc.Build.Context != ctx {
+					t.Errorf("%s builds in %s, want the repository root %s", name, svc.Build.Context, ctx)
+				}
+			}
+		}
+		for _, v := range svc.Volumes {
+			switch v.Type {
+			case types.VolumeTypeBind:
+				// A missing source would be created by Docker as an empty
+				// directory: the file must be in the repository.
+				if _, err := os.Stat(v.Source); err != nil {
+					t.Errorf("%s mounts %s: %v", name, v.Source, err)
+				}
+			case types.VolumeTypeVolume:
+				if volumeTargets[v.Source] {
+					t.Errorf("volume %s is mounted by more than one service", v.Source)
+				}
+				volumeTargets[v.Source] = true
+				if _, ok := p.Volumes[v.Source]; !ok {
+					t.Errorf("%s mounts undeclared volume %s", name, v.Source)
+				}
+			}
+		}
+	}
+
+	// The state that must outlive a container sits on named volumes: the
+	// NATS stores, the gateway's spool and the runners' workspaces (both
+	// under ORCH_DATA_DIR).
+	for name, svc := range p.Services {
+		var want string
+		switch {
+		case strings.HasPrefix(name, "nats-"):
+			want = "/data"
+		case composeKind(name) != "":
+			want = *svc.Environment["ORCH_DATA_DIR"]
+		default:
+			continue
+		}
+		if !slices.ContainsFunc(svc.Volumes, func(v types.ServiceVolumeConfig) bool {
+			return v.Type == types.VolumeTypeVolume && v.Target == want
+		}) {
+			t.Errorf("%s keeps %s on no named volume", name, want)
+		}
+	}
+
+	// Runners: their own name and workspace each, and Docker waits longer
+	// than the runner's grace period before it kills one.
+	names := map[string]bool{}
+	for _, name := range runners {
+		svc := p.Services[name]
+		rn := svc.Environment["ORCH_RUNNER_NAME"]
+		if rn == nil || *rn == "" || names[*rn] {
+			t.Errorf("%s: ORCH_RUNNER_NAME empty or shared", name)
+		} else {
+			names[*rn] = true
+		}
+		env := map[string]string{}
+		for k, v := range svc.Environment {
+			if v != nil {
+				env[k] = *v
+			}
+		}
+		if stop := runnerStopTime(t, env); svc.StopGracePeriod == nil || time.Duration(*svc.StopGracePeriod) <= stop {
+			t.Errorf("%s: stop_grace_period %v not above the runner's stop time %v", name, svc.StopGracePeriod, stop)
+		}
+		ws := *svc.Environment["ORCH_WORKSPACE_DIR"]
+		if !strings.HasPrefix(ws, *svc.Environment["ORCH_DATA_DIR"]+"/") {
+			t.Errorf("%s: workspace %s is not on the data volume", name, ws)
+		}
+	}
+
+	// All services name all three nodes and replicate streams on them.
+	for name, svc := range p.Services {
+		if composeKind(name) == "" {
+			continue
+		}
+		if got := *svc.Environment["ORCH_STREAM_REPLICAS"]; got != "3" {
+			t.Errorf("%s: ORCH_STREAM_REPLICAS=%s, want 3", name, got)
+		}
+		for _, n := range nats {
+			if !strings.Contains(*svc.Environment["ORCH_NATS_URL"], "nats://"+n+":4222") {
+				t.Errorf("%s: ORCH_NATS_URL does not name %s", name, n)
+			}
+		}
+	}
+}
+
+// TestComposeRequiresSecrets: without a .env, compose refuses to start
+// rather than run a gateway that accepts no webhook.
+func TestComposeRequiresSecrets(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty.env")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadCompose(t, empty)
+	if err == nil || !strings.Contains(err.Error(), "ORCH_GITEA_SECRET") {
+		t.Errorf("loading compose.yaml without secrets: err = %v, want one naming ORCH_GITEA_SECRET", err)
+	}
+}

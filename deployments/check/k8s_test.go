@@ -1,0 +1,448 @@
+package check
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+var k8sDir = filepath.Join(repoRoot, "deployments", "k8s")
+
+// kustomization is the part of kustomize's Kustomization and Component
+// this repository uses, decoded strictly: a misspelt key fails. (The
+// kustomize API module would pull in much of kustomize for two structs.)
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace,omitempty"`
+	Resources  []string `json:"resources,omitempty"`
+	Components []string `json:"components,omitempty"`
+	Labels     []struct {
+		Pairs            map[string]string `json:"pairs"`
+		IncludeSelectors bool              `json:"includeSelectors,omitempty"`
+	} `json:"labels,omitempty"`
+	Images []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName,omitempty"`
+		NewTag  string `json:"newTag,omitempty"`
+		Digest  string `json:"digest,omitempty"`
+	} `json:"images,omitempty"`
+}
+
+// k8sObjects is every object of every manifest, decoded into the
+// Kubernetes API types.
+type k8sObjects struct {
+	deployments []*appsv1.Deployment
+	services    []*corev1.Service
+	configMaps  []*corev1.ConfigMap
+	secrets     []*corev1.Secret
+	pdbs        []*policyv1.PodDisruptionBudget
+	ingresses   []*networkingv1.Ingress
+	namespaces  []*corev1.Namespace
+	// files is every manifest file read, for the kustomization check.
+	files []string
+}
+
+// loadK8s decodes every YAML file under deployments/k8s but the
+// kustomizations and the Helm values (nats/), failing on an unknown kind
+// or field.
+func loadK8s(t *testing.T) *k8sObjects {
+	t.Helper()
+	objs := &k8sObjects{}
+	err := filepath.WalkDir(k8sDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "nats" {
+				return filepath.SkipDir // Helm values, not a manifest
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".yaml") || d.Name() == "kustomization.yaml" {
+			return nil
+		}
+		objs.files = append(objs.files, path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, doc := range splitYAML(data) {
+			if err := objs.decode(doc); err != nil {
+				return fmt.Errorf("%s, document %d: %w", path, i+1, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// splitYAML splits a multi-document YAML file on its "---" lines.
+func splitYAML(data []byte) [][]byte {
+	var docs [][]byte
+	for doc := range bytes.SplitSeq(data, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(stripComments(doc))) > 0 {
+			docs = append(docs, doc)
+		}
+	}
+	return docs
+}
+
+func stripComments(doc []byte) []byte {
+	var out [][]byte
+	for line := range bytes.SplitSeq(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out = append(out, line)
+		}
+	}
+	return bytes.Join(out, []byte("\n"))
+}
+
+func (o *k8sObjects) decode(doc []byte) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return err
+	}
+	var target any
+	switch tm.APIVersion + " " + tm.Kind {
+	case "apps/v1 Deployment":
+		v := &appsv1.Deployment{}
+		o.deployments, target = append(o.deployments, v), v
+	case "v1 Service":
+		v := &corev1.Service{}
+		o.services, target = append(o.services, v), v
+	case "v1 ConfigMap":
+		v := &corev1.ConfigMap{}
+		o.configMaps, target = append(o.configMaps, v), v
+	case "v1 Secret":
+		v := &corev1.Secret{}
+		o.secrets, target = append(o.secrets, v), v
+	case "policy/v1 PodDisruptionBudget":
+		v := &policyv1.PodDisruptionBudget{}
+		o.pdbs, target = append(o.pdbs, v), v
+	case "networking.k8s.io/v1 Ingress":
+		v := &networkingv1.Ingress{}
+		o.ingresses, target = append(o.ingresses, v), v
+	case "v1 Namespace":
+		v := &corev1.Namespace{}
+		o.namespaces, target = append(o.namespaces, v), v
+	default:
+		return fmt.Errorf("unexpected kind %q %q", tm.APIVersion, tm.Kind)
+	}
+	// Strict: a field the API type does not have is an error, as
+	// `kubectl apply --validate=strict` would report it.
+	return yaml.UnmarshalStrict(doc, target)
+}
+
+func (o *k8sObjects) deployment(t *testing.T, component string) *appsv1.Deployment {
+	t.Helper()
+	for _, d := range o.deployments {
+		if d.Spec.Template.Labels["app.kubernetes.io/component"] == component {
+			return d
+		}
+	}
+	t.Fatalf("no Deployment of the %s", component)
+	return nil
+}
+
+func (o *k8sObjects) configMap(name string) *corev1.ConfigMap {
+	for _, c := range o.configMaps {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func (o *k8sObjects) secret(name string) *corev1.Secret {
+	for _, s := range o.secrets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// containerEnv resolves a container's environment as the kubelet would:
+// envFrom ConfigMaps first, then env, with Secret values and field
+// references filled in.
+func (o *k8sObjects) containerEnv(t *testing.T, where string, c corev1.Container) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, from := range c.EnvFrom {
+		switch {
+		case from.ConfigMapRef != nil:
+			cm := o.configMap(from.ConfigMapRef.Name)
+			if cm == nil {
+				t.Errorf("%s: envFrom names ConfigMap %s, which no manifest defines", where, from.ConfigMapRef.Name)
+				continue
+			}
+			for k, v := range cm.Data {
+				env[from.Prefix+k] = v
+			}
+		default:
+			t.Errorf("%s: envFrom other than a ConfigMap is not checked", where)
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			s := o.secret(ref.Name)
+			if s == nil {
+				t.Errorf("%s: %s names Secret %s, which no manifest defines", where, e.Name, ref.Name)
+				continue
+			}
+			v, ok := s.StringData[ref.Key]
+			if !ok {
+				t.Errorf("%s: %s names key %s, which Secret %s does not have", where, e.Name, ref.Key, ref.Name)
+			}
+			env[e.Name] = v
+		case e.ValueFrom.FieldRef != nil:
+			env[e.Name] = "value-of-" + e.ValueFrom.FieldRef.FieldPath
+		default:
+			t.Errorf("%s: %s: valueFrom kind not checked", where, e.Name)
+		}
+	}
+	return env
+}
+
+func kubernetesEnvs(t *testing.T) []deploymentEnv {
+	t.Helper()
+	o := loadK8s(t)
+	var envs []deploymentEnv
+	for _, d := range o.deployments {
+		kind := d.Spec.Template.Labels["app.kubernetes.io/component"]
+		for _, c := range d.Spec.Template.Spec.Containers {
+			where := "k8s/Deployment " + d.Name
+			envs = append(envs, deploymentEnv{where: where, service: kind, env: o.containerEnv(t, where, c)})
+		}
+	}
+	return envs
+}
+
+func TestKubernetesManifests(t *testing.T) {
+	o := loadK8s(t)
+	if len(o.deployments) != 3 {
+		t.Fatalf("%d Deployments, want one per service", len(o.deployments))
+	}
+
+	for _, d := range o.deployments {
+		spec := d.Spec.Template.Spec
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Deployment %s: selector does not match its pods (%v)", d.Name, err)
+		}
+		if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
+			t.Errorf("Deployment %s: pods may run as root", d.Name)
+		}
+		for _, c := range spec.Containers {
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if _, ok := c.Resources.Requests[r]; !ok {
+					t.Errorf("Deployment %s, container %s: no %s request", d.Name, c.Name, r)
+				}
+			}
+			for _, m := range c.VolumeMounts {
+				if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+					t.Errorf("Deployment %s: mount of undeclared volume %s", d.Name, m.Name)
+				}
+			}
+		}
+		for _, v := range spec.Volumes {
+			if v.ConfigMap != nil && o.configMap(v.ConfigMap.Name) == nil {
+				t.Errorf("Deployment %s: volume %s names ConfigMap %s, which no manifest defines", d.Name, v.Name, v.ConfigMap.Name)
+			}
+		}
+	}
+
+	// The gateway: ready only with NATS (/readyz), alive while it serves
+	// HTTP (/healthz).
+	gw := o.deployment(t, "gateway").Spec.Template.Spec.Containers[0]
+	if gw.ReadinessProbe == nil || gw.ReadinessProbe.HTTPGet == nil || gw.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("gateway readiness probe %+v, want GET /readyz", gw.ReadinessProbe)
+	}
+	if gw.LivenessProbe == nil || gw.LivenessProbe.HTTPGet == nil || gw.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("gateway liveness probe %+v, want GET /healthz", gw.LivenessProbe)
+	}
+
+	// The runner: the kubelet waits longer than the runner's own grace
+	// period before it kills the pod, so running agents get all of it.
+	rd := o.deployment(t, "runner")
+	renv := o.containerEnv(t, "runner", rd.Spec.Template.Spec.Containers[0])
+	stop := runnerStopTime(t, renv)
+	tgps := rd.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if tgps == nil {
+		t.Errorf("runner has no terminationGracePeriodSeconds (default 30s), want more than its stop time %v", stop)
+	} else if time.Duration(*tgps)*time.Second <= stop {
+		t.Errorf("runner terminationGracePeriodSeconds %d not above the runner's stop time %v", *tgps, stop)
+	}
+
+	// The streams are replicated on the three NATS pods, which every
+	// service names.
+	for _, d := range o.deployments {
+		env := o.containerEnv(t, d.Name, d.Spec.Template.Spec.Containers[0])
+		if env["ORCH_STREAM_REPLICAS"] != "3" {
+			t.Errorf("Deployment %s: ORCH_STREAM_REPLICAS=%q, want 3", d.Name, env["ORCH_STREAM_REPLICAS"])
+		}
+		if n := len(strings.Split(env["ORCH_NATS_URL"], ",")); n != 3 {
+			t.Errorf("Deployment %s: ORCH_NATS_URL names %d servers, want 3", d.Name, n)
+		}
+	}
+
+	// Services, Ingresses and budgets select pods that exist.
+	podLabels := func(sel labels.Selector) bool {
+		return slices.ContainsFunc(o.deployments, func(d *appsv1.Deployment) bool {
+			return sel.Matches(labels.Set(d.Spec.Template.Labels))
+		})
+	}
+	for _, s := range o.services {
+		if len(s.Spec.Selector) == 0 || !podLabels(labels.SelectorFromSet(s.Spec.Selector)) {
+			t.Errorf("Service %s selects no pods", s.Name)
+		}
+	}
+	for _, p := range o.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if err != nil || !podLabels(sel) {
+			t.Errorf("PodDisruptionBudget %s selects no pods (%v)", p.Name, err)
+		}
+	}
+	for _, component := range []string{"gateway", "runner"} {
+		d := o.deployment(t, component)
+		if !slices.ContainsFunc(o.pdbs, func(p *policyv1.PodDisruptionBudget) bool {
+			sel, _ := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+			return sel.Matches(labels.Set(d.Spec.Template.Labels))
+		}) {
+			t.Errorf("no PodDisruptionBudget for the %s", component)
+		}
+	}
+	for _, ing := range o.ingresses {
+		for _, r := range ing.Spec.Rules {
+			for _, p := range r.HTTP.Paths {
+				name := p.Backend.Service.Name
+				if !slices.ContainsFunc(o.services, func(s *corev1.Service) bool { return s.Name == name }) {
+					t.Errorf("Ingress %s routes %s to Service %s, which no manifest defines", ing.Name, p.Path, name)
+				}
+			}
+		}
+	}
+	if len(o.ingresses) == 0 {
+		t.Error("no Ingress")
+	}
+
+	// The Secret is a placeholder to replace, and says so.
+	for _, s := range o.secrets {
+		data, _ := os.ReadFile(filepath.Join(k8sDir, "secret.yaml"))
+		if !strings.Contains(string(data), "PLACEHOLDER") {
+			t.Errorf("Secret %s: secret.yaml does not say its values are placeholders", s.Name)
+		}
+	}
+}
+
+// TestKustomizations checks that every kustomization names files and
+// directories that exist, and that every manifest is in one of them.
+func TestKustomizations(t *testing.T) {
+	o := loadK8s(t)
+	listed := map[string]bool{}
+	var kinds []string
+	err := filepath.WalkDir(k8sDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var k kustomization
+		if err := yaml.UnmarshalStrict(data, &k); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		kinds = append(kinds, k.Kind)
+		switch {
+		case k.Kind == "Kustomization" && k.APIVersion == "kustomize.config.k8s.io/v1beta1":
+		case k.Kind == "Component" && k.APIVersion == "kustomize.config.k8s.io/v1alpha1":
+		default:
+			t.Errorf("%s: unexpected %s %s", path, k.APIVersion, k.Kind)
+		}
+		dir := filepath.Dir(path)
+		for _, r := range k.Resources {
+			p := filepath.Join(dir, r)
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("%s: resource %s: %v", path, r, err)
+			}
+			listed[p] = true
+		}
+		for _, c := range k.Components {
+			if _, err := os.Stat(filepath.Join(dir, c, "kustomization.yaml")); err != nil {
+				t.Errorf("%s: component %s: %v", path, c, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(kinds, "Kustomization") || !slices.Contains(kinds, "Component") {
+		t.Errorf("kustomizations %v, want the base and the ingress component", kinds)
+	}
+	for _, f := range o.files {
+		if !listed[f] {
+			t.Errorf("%s is in no kustomization", f)
+		}
+	}
+}
+
+// TestNATSHelmValues checks the values for the official NATS chart ask
+// for what orch's R3 streams need: three clustered JetStream nodes on
+// persistent file storage.
+func TestNATSHelmValues(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(k8sDir, "nats", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Config struct {
+			Cluster struct {
+				Enabled  bool `json:"enabled"`
+				Replicas int  `json:"replicas"`
+			} `json:"cluster"`
+			JetStream struct {
+				Enabled   bool `json:"enabled"`
+				FileStore struct {
+					Enabled bool `json:"enabled"`
+					PVC     struct {
+						Enabled bool   `json:"enabled"`
+						Size    string `json:"size"`
+					} `json:"pvc"`
+				} `json:"fileStore"`
+			} `json:"jetstream"`
+		} `json:"config"`
+	}
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	c := v.Config
+	if !c.Cluster.Enabled || c.Cluster.Replicas != 3 {
+		t.Errorf("cluster %+v, want enabled with 3 replicas", c.Cluster)
+	}
+	if !c.JetStream.Enabled || !c.JetStream.FileStore.Enabled || !c.JetStream.FileStore.PVC.Enabled || c.JetStream.FileStore.PVC.Size == "" {
+		t.Errorf("jetstream %+v, want enabled on a file store with a persistent volume", c.JetStream)
+	}
+}

@@ -63,7 +63,10 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
 		next.ServeHTTP(sw, r)
-		lvl := log.Debug
+		lvl := log.Debug // polling GETs would drown the log
+		if r.Method != http.MethodGet {
+			lvl = log.Info
+		}
 		if sw.code >= 500 {
 			lvl = log.Warn
 		}

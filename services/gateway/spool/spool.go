@@ -253,7 +253,7 @@ func (s *Spool) drainOnce(ctx context.Context, handle Handler, log *zap.Logger) 
 		}
 		if err := handle(ctx, e); err != nil {
 			if ctx.Err() == nil {
-				log.Info("spool entry not carried out yet, will retry", zap.Uint64("seq", seq), zap.Error(err))
+				log.Debug("spool entry not carried out yet, will retry", zap.Uint64("seq", seq), zap.Error(err))
 			}
 			return true
 		}

@@ -102,6 +102,9 @@ func TestComposeLoads(t *testing.T) {
 	for name, svc := range p.Services {
 		// Every NATS node and the gateway answer a health check; the
 		// services wait for healthy NATS nodes.
+		if strings.HasPrefix(name, "nats-") && svc.StopSignal != "SIGUSR2" {
+			t.Errorf("%s: stop_signal %q, want SIGUSR2 (lame duck mode)", name, svc.StopSignal)
+		}
 		if strings.HasPrefix(name, "nats-") || name == "gateway" {
 			if svc.HealthCheck == nil || len(svc.HealthCheck.Test) == 0 || svc.HealthCheck.Disable {
 				t.Errorf("%s has no health check", name)

@@ -152,6 +152,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if cfg.KillGrace >= cfg.AckWait/3 {
+		log.Warn("ORCH_AGENT_KILL_GRACE is not below ORCH_ACK_WAIT/3: an agent stopped for a lost lease may still run when its job is handed to another runner",
+			zap.Duration("kill_grace", cfg.KillGrace), zap.Duration("ack_wait", cfg.AckWait))
+	}
 	reg, err := registry.Load(cfg.ProjectsFile)
 	if err != nil {
 		return err

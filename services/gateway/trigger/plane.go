@@ -96,7 +96,9 @@ func (pc planeCtx) issue() Decision {
 		if !hasLabel && !assigned {
 			return Ignore("work item has neither the label %q nor the agent assigned", pc.p.Label)
 		}
-		return pc.implement(actor, task, fmt.Sprintf("plane|%s|created", is.ID))
+		// Assigning the agent member is itself a deliberate act; only the
+		// label (anyone may add one) asks for a trusted actor.
+		return pc.implement(actor, task, fmt.Sprintf("plane|%s|created", is.ID), hasLabel)
 	case "updated":
 	default:
 		return Ignore("work item action %q is not acted on", pc.ev.Action)
@@ -109,7 +111,7 @@ func (pc planeCtx) issue() Decision {
 		if !newly(has(refSet(is.Labels, is.LabelIDs)), oldV, newV, webhook.Values(act.NewIdentifier), has) {
 			return Ignore("label update does not newly add %q", pc.p.Label)
 		}
-		return pc.implement(actor, task, fmt.Sprintf("plane|%s|labels|%s|%s", is.ID, pc.p.Label, is.UpdatedAt))
+		return pc.implement(actor, task, fmt.Sprintf("plane|%s|labels|%s|%s", is.ID, pc.p.Label, is.UpdatedAt), true)
 	case "assignee_ids", "assignees":
 		if pc.p.PlaneAgentMember == "" {
 			return Ignore("project %q has no plane_agent_member", pc.p.Key)
@@ -117,7 +119,7 @@ func (pc planeCtx) issue() Decision {
 		if !newly(pc.agentIn(refSet(is.Assignees, is.AssigneeIDs)), oldV, newV, webhook.Values(act.NewIdentifier), pc.agentIn) {
 			return Ignore("assignee update does not newly assign the agent")
 		}
-		return pc.implement(actor, task, fmt.Sprintf("plane|%s|assignees|%s|%s", is.ID, pc.p.PlaneAgentMember, is.UpdatedAt))
+		return pc.implement(actor, task, fmt.Sprintf("plane|%s|assignees|%s|%s", is.ID, pc.p.PlaneAgentMember, is.UpdatedAt), false)
 	case "state_id", "state":
 		st := is.StateDetail
 		if st == nil || st.Group == "" {
@@ -134,11 +136,13 @@ func (pc planeCtx) issue() Decision {
 	return Ignore("work item field %q is not acted on", act.Field)
 }
 
-func (pc planeCtx) implement(actor webhook.PlaneActor, task proto.Task, key string) Decision {
+// implement queues an implement job; label triggers need a trusted actor,
+// as PRODUCT.md says of label and mention triggers.
+func (pc planeCtx) implement(actor webhook.PlaneActor, task proto.Task, key string, needTrust bool) Decision {
 	if pc.p.PlaneAgentMember != "" && actor.ID == pc.p.PlaneAgentMember {
 		return Ignore("change by the agent's own member")
 	}
-	if !pc.trusted(actor) {
+	if needTrust && !pc.trusted(actor) {
 		return Ignore("actor %q is not trusted", actorName(actor))
 	}
 	return Decision{Jobs: []proto.Job{newJob(pc.p, proto.KindImplement, key, task, pc.source(actorName(actor)), pc.now)}}

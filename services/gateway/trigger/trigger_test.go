@@ -288,6 +288,10 @@ func TestPlane(t *testing.T) {
 			obj(m, "activity")["old_value"] = nil
 			obj(m, "activity")["new_value"] = planeAgent
 		}, want: want{kind: proto.KindImplement, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"}},
+		{name: "agent assigned by an actor not in trusted_actors", fixture: "issue__updated_labels", edit: func(m map[string]any) {
+			addAgent(m)
+			obj(m, "activity")["actor"] = map[string]any{"id": "u-carol", "email": "carol@example.com"}
+		}, want: want{kind: proto.KindImplement, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"}},
 		{name: "someone else assigned while the agent was", fixture: "issue__updated_labels", edit: func(m map[string]any) {
 			addAgent(m)
 			obj(m, "activity")["old_value"] = []any{planeAgent}

@@ -257,9 +257,13 @@ func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 			// replicas too.
 			sleep(ctx, time.Until(res.sentAt.Add(n.tg.Interval())))
 		}
-		if err := msg.Ack(); err != nil {
+		// Confirmed, so a lost ack shows in the log; a lost ack only
+		// brings the advisory back to be found done.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := msg.DoubleAck(actx); err != nil {
 			log.Warn("acking advisory (it will come back and be found done)", zap.Error(err))
 		}
+		cancel()
 		n.metrics.advisories.WithLabelValues(res.outcome).Inc()
 	}
 }

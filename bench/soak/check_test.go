@@ -126,7 +126,8 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 		default:
 			r.other++
 			r.lost++
-			r.problem("job %s lost: ended the soak %s", j.id, st.State)
+			r.problem("job %s lost: ended the soak %s after %d agent runs (attempt %d, runner %q, error %q)",
+				j.id, st.State, countRuns(s.records, j.id), st.Attempt, st.Runner, st.Error)
 		}
 		n := alerts[j.id]
 		r.alerts += n
@@ -194,7 +195,8 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 		case st.State == proto.StateDone && (len(runs) == 0 || !runs[len(runs)-1].ended || runs[len(runs)-1].code != 0):
 			r.problem("job %s is done without a successful last agent run", j.id)
 		case st.State == proto.StateFailed && !j.doomed && !interrupted:
-			r.problem("job %s failed, yet it was meant to succeed and no run of it was interrupted", j.id)
+			r.problem("job %s failed after %d agent runs, yet it was meant to succeed and no run of it was interrupted (attempt %d, error %q)",
+				j.id, len(runs), st.Attempt, st.Error)
 		case st.State == proto.StateDone && j.doomed:
 			r.problem("job %s is done, yet every run of it fails", j.id)
 		}
@@ -269,4 +271,9 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "    - %s\n", p)
 	}
+}
+
+func countRuns(dir, id string) int {
+	runs, _ := readRuns(filepath.Join(dir, id))
+	return len(runs)
 }

@@ -33,7 +33,8 @@ func main() {
 	flag.IntVar(&o.queueN, "queue-n", 100_000, "jobs queued for the deep GET /queue measurement")
 	flag.IntVar(&o.queueGets, "queue-gets", 500, "GET /queue requests per measurement")
 	flag.StringVar(&o.keep, "keep", "", "keep the work directory (logs, store) here instead of a temporary one")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (server + load driver) here")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (the JetStream server and the load driver) here")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "sample the gateway (intake) and the runner (drain) with perf into this directory")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,6 +54,7 @@ type options struct {
 	queueN, queueGets   int
 	keep                string
 	cpuProfile          string
+	profileDir          string
 }
 
 func run(ctx context.Context, o options) error {

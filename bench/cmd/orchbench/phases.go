@@ -85,7 +85,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	if err != nil {
 		return err
 	}
+	prof := b.profile("runner", "drain")
 	drain, err := b.drain(ctx)
+	prof.stop()
 	if err != nil {
 		return err
 	}
@@ -107,7 +109,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	if err != nil {
 		return err
 	}
+	prof = b.profile("gateway", "intake")
 	lat, rate, err := b.intake(ctx)
+	prof.stop()
 	if err != nil {
 		return err
 	}

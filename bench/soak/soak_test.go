@@ -39,10 +39,12 @@ const (
 	maxConcurrency = 4
 	maxAttempts    = 4
 	ackWait        = 2 * time.Second
-	killEvery      = 2500 * time.Millisecond
+	killEvery      = 4 * time.Second
 	senders        = 4
 	doomedEvery    = 33 // one job in 33 fails on every attempt
-	normalTasks    = 20
+	// jobsPerTask is how many jobs share a task (and so its worktree and
+	// lock), about what one work item sees: implement, review, fixes.
+	jobsPerTask = 5
 )
 
 // telegram is the fake Bot API: it records every message.
@@ -159,7 +161,11 @@ func TestSoak(t *testing.T) {
 }
 
 func newSystem(t *testing.T) *system {
-	dir := t.TempDir()
+	// ORCH_SOAK_DIR keeps the processes' logs and data for a post-mortem.
+	dir := os.Getenv("ORCH_SOAK_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	sys := &system{
 		t: t, dir: dir, procs: map[string]*proc.Proc{}, gen: map[string]int{},
 		ended: map[string]time.Time{}, killed: map[string]bool{}, tg: &telegram{},
@@ -259,6 +265,9 @@ func (s *system) startRunner(name string) {
 		"ORCH_MAX_ATTEMPTS="+strconv.Itoa(maxAttempts),
 		"ORCH_ACK_WAIT="+ackWait.String(),
 		"ORCH_RETRY_DELAY=100ms", "ORCH_RETRY_MAX_DELAY=1s", "ORCH_SHUTDOWN_GRACE=5s",
+		// Below AckWait/3, so an agent whose lease is lost is gone before
+		// its job can run elsewhere.
+		"ORCH_AGENT_KILL_GRACE=500ms",
 		"ORCH_AGENT_COMMAND=sh "+s.agent+" "+tag+" "+s.records,
 	)
 }
@@ -403,7 +412,7 @@ func (s *system) post(ctx context.Context, n int, posted *atomic.Int64) ([]job, 
 				if i >= n {
 					return
 				}
-				pr := gitea.PR{Number: 1 + i%normalTasks, Seq: i}
+				pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i}
 				doomed := i%doomedEvery == doomedEvery-1
 				if doomed {
 					pr.Branch = fmt.Sprintf("agent/doomed-%d", i%5)

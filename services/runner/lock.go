@@ -23,11 +23,17 @@ import (
 //
 // A runner that dies holding a lock cannot delete it. Rather than trust
 // clocks of different hosts, a waiting runner measures on its own
-// monotonic clock how long the lock's revision has stayed the same: a
-// holder alive refreshes it every AckWait/3, so a revision unchanged for
-// staleAfter (2×AckWait plus the kill grace) belongs to a holder that is
-// gone, or that has lost its lease and stopped its agent (see
-// heartbeat), and is taken over with a compare-and-set on that revision.
+// monotonic clock how long the lock's revision has stayed the same. A
+// holder refreshes it on every confirmed heartbeat (every AckWait/3), and
+// one that has had no confirmed beat for 2/3 of AckWait stops its agent
+// within the kill grace (see heartbeat). So a revision unchanged for
+// staleAfter (AckWait plus the kill grace: a third of AckWait to spare)
+// belongs to a holder whose agent is gone, and is taken over with a
+// compare-and-set on that revision.
+//
+// An earlier delivery of the same job is not taken over at once, although
+// JetStream has redelivered it: after a server restart JetStream may
+// redeliver a job whose runner is alive and still running it.
 //
 // The waiting job keeps its message with InProgress (the heartbeat runs
 // while it waits), so waiting burns no attempt.
@@ -111,7 +117,7 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 // staleAfter is how long a lock's revision must stay unchanged before a
 // waiting runner takes it over.
 func (r *Runner) staleAfter() time.Duration {
-	return 2*r.cfg.AckWait + r.cfg.KillGrace
+	return r.cfg.AckWait + r.cfg.KillGrace
 }
 
 // refresh proves the holder alive. It fails with errLockLost when another

@@ -293,6 +293,9 @@ const (
 	actFail   action = iota // NAK until MaxDeliver: MAX_DELIVERIES
 	actTerm                 // Term with a reason naming the job: MSG_TERMINATED
 	actCancel               // Term with reason "cancelled"
+	// actServerTerm is a Term with a reason of the server's own, as
+	// nats-server sends when a clustered work queue catches up.
+	actServerTerm
 )
 
 // advisories is how many advisories JOBS_ADVISORIES has captured.
@@ -339,6 +342,8 @@ func (b *bundle) run(jobs map[string]action) {
 				err = msg.TermWithReason(proto.TermReason(job.ID, "cannot check out branch <agent/x> & more"))
 			case actCancel:
 				err = msg.TermWithReason(proto.ReasonCancelled)
+			case actServerTerm:
+				err = msg.TermWithReason("Unacknowledged message was deleted")
 			}
 			if err != nil {
 				t.Fatalf("fake runner: %v", err)

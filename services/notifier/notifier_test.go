@@ -298,6 +298,24 @@ func TestCancelledJobIsNotAlerted(t *testing.T) {
 	}
 }
 
+// A MSG_TERMINATED whose reason names no job is the server's, not a
+// runner's (nats-server sends such for long-acked jobs when a clustered
+// work queue catches up after a node restart): no alert, no dead letter.
+func TestServerTerminationIsNotAlerted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.start(b.config(), hooks{})
+	job := b.queue("server", "Acked long ago")
+	b.run(map[string]action{job.ID: actServerTerm})
+	b.settled(30 * time.Second)
+	if n := b.tg.requestCount(); n != 0 {
+		t.Errorf("%d messages for a server termination, want 0", n)
+	}
+	if n := b.streamMsgs(proto.StreamDLQ); n != 0 {
+		t.Errorf("DLQ holds %d jobs, want 0", n)
+	}
+}
+
 // Thirty jobs fail at once, with two notifier replicas sharing the
 // consumer: every job is alerted exactly once and the pace per chat holds
 // across both.

@@ -62,6 +62,14 @@ func (n *Notifier) process(ctx context.Context, log *zap.Logger, adv *proto.Advi
 		log.Info("job cancelled: no alert")
 		return result{outcome: outcomeCancelled}
 	}
+	if id, _ := proto.ParseTermReason(adv.Reason); adv.Type == proto.AdvisoryTerminated && id == "" {
+		// Only a runner terminates with "<job id>: <cause>". The server
+		// sends MSG_TERMINATED of its own, e.g. "Unacknowledged message
+		// was deleted" when a clustered work queue catches up after a
+		// node restart, for jobs that were acked long ago.
+		log.Info("termination not by a runner: no alert", zap.String("reason", adv.Reason))
+		return result{outcome: outcomeDone}
+	}
 	op, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 
@@ -144,10 +152,6 @@ func (n *Notifier) failure(ctx context.Context, adv *proto.Advisory) (*failure, 
 	if adv.Type == proto.AdvisoryTerminated {
 		id, cause := proto.ParseTermReason(adv.Reason)
 		f.reason = "terminated: " + cause
-		if id == "" {
-			// Not a runner's reason: key the marker by the sequence.
-			id = seqID(adv.StreamSeq)
-		}
 		st, _, err := n.status.Get(ctx, id)
 		if errors.Is(err, status.ErrNotFound) {
 			// The job left nothing behind: alert on what is known.

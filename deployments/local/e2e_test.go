@@ -109,6 +109,7 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 		func() error {
 			return runner.Run(ctx, runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
 				RetryDelay: 50 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 2 * time.Second,
+				KillGrace:     500 * time.Millisecond, // below AckWait/3, as the runner asks
 				ShutdownGrace: time.Second}, log.Named("runner"))
 		},
 		func() error {
@@ -264,7 +265,7 @@ func TestEndToEnd(t *testing.T) {
 				return fmt.Errorf("JOBS holds %d messages, want 0", q.Stream.Messages)
 			}
 			if len(sys.telegram.messages()) != 1 {
-				return fmt.Errorf("%d telegram messages, want 1", len(sys.telegram.messages()))
+				return fmt.Errorf("%d telegram messages, want 1: %q", len(sys.telegram.messages()), sys.telegram.messages())
 			}
 			return nil
 		})
@@ -280,7 +281,7 @@ func TestEndToEnd(t *testing.T) {
 		// Nothing more arrives later.
 		time.Sleep(500 * time.Millisecond)
 		if n := len(sys.telegram.messages()); n != 1 {
-			t.Errorf("%d telegram messages, want exactly 1", n)
+			t.Errorf("%d telegram messages, want exactly 1: %q", n, sys.telegram.messages())
 		}
 		var ans struct {
 			Status proto.Status `json:"status"`

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/proto"
@@ -119,9 +120,19 @@ func (e *env) config(name, agentCommand string) runner.Config {
 
 // start runs a runner until the returned stop is called (or the test ends).
 func (e *env) start(cfg runner.Config) (stop func()) {
+	return e.startLogged(cfg, nil)
+}
+
+// startLogged is start with the runner's log also going to extra, when
+// it is not nil, for tests that check what was logged.
+func (e *env) startLogged(cfg runner.Config, extra zapcore.Core) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	log := zaptest.NewLogger(e.t, zaptest.Level(zap.InfoLevel)).Named(cfg.Name)
+	log := zaptest.NewLogger(e.t, zaptest.Level(zap.InfoLevel))
+	if extra != nil {
+		log = zap.New(zapcore.NewTee(log.Core(), extra))
+	}
+	log = log.Named(cfg.Name)
 	go func() {
 		defer close(done)
 		if err := runner.Run(ctx, cfg, log); err != nil {

@@ -20,10 +20,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -56,7 +58,8 @@ const (
 // Config is the runner's configuration, read from ORCH_ variables.
 type Config struct {
 	service.Common
-	// ProjectsFile is the project registry. Default "projects.yaml".
+	// ProjectsFile is the project registry; SIGHUP reloads it and the
+	// task templates it names. Default "projects.yaml".
 	ProjectsFile string `env:"PROJECTS_FILE"`
 	// MaxConcurrency is how many agents run at once across all runners.
 	// Default 1.
@@ -130,16 +133,16 @@ func (c *Config) Validate() error {
 
 // Runner runs jobs.
 type Runner struct {
-	cfg      Config
-	log      *zap.Logger
-	reg      *registry.Registry
+	cfg Config
+	log *zap.Logger
+	// projects is the registry and its templates, swapped whole on SIGHUP.
+	projects atomic.Pointer[projects]
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	jobsKV   jetstream.KeyValue
 	locks    jetstream.KeyValue
 	status   *status.Store
 	ws       *workspace.Workspace
-	tmpls    *prompt.Templates
 	argv     []string
 	envAllow []string
 }
@@ -156,11 +159,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		log.Warn("ORCH_AGENT_KILL_GRACE is not below ORCH_ACK_WAIT/3: an agent stopped for a lost lease may still run when its job is handed to another runner",
 			zap.Duration("kill_grace", cfg.KillGrace), zap.Duration("ack_wait", cfg.AckWait))
 	}
-	reg, err := registry.Load(cfg.ProjectsFile)
-	if err != nil {
-		return err
-	}
-	tmpls, err := prompt.Load(reg)
+	projs, err := loadProjects(cfg.ProjectsFile)
 	if err != nil {
 		return err
 	}
@@ -188,15 +187,71 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
-		cfg: cfg, log: log, reg: reg, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
-		ws: ws, tmpls: tmpls, argv: argv,
+		cfg: cfg, log: log, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
+		ws: ws, argv: argv,
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
+	r.projects.Store(projs)
+
+	// SIGHUP reloads the registry for as long as Run runs: the goroutine
+	// ends, and the signal goes back to its default, when Run returns.
+	var bg sync.WaitGroup
+	defer bg.Wait()
+	hupCtx, stopHup := context.WithCancel(ctx)
+	defer stopHup()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	bg.Go(func() { r.reloadOnSignal(hupCtx, hup) })
+
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(cfg.MaxConcurrency, cfg.MaxAttempts, cfg.AckWait))
 	if err != nil {
 		return fmt.Errorf("ensuring consumer %s: %w", proto.ConsumerRunner, err)
 	}
 	return r.consume(ctx, cons)
+}
+
+// projects is one version of the project registry and the task templates
+// it names. They are loaded and swapped together, and a job takes one
+// version when it starts and keeps it to its end, so a reload never gives
+// a job in flight a project and templates from different files.
+type projects struct {
+	reg   *registry.Registry
+	tmpls *prompt.Templates
+}
+
+// loadProjects reads the registry at path and the templates it names.
+// Its errors name the file and, for the registry, the line.
+func loadProjects(path string) (*projects, error) {
+	reg, err := registry.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	tmpls, err := prompt.Load(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &projects{reg: reg, tmpls: tmpls}, nil
+}
+
+// reloadOnSignal reloads the registry and its templates on every signal on
+// hup until ctx ends. A file or template that does not load leaves the old
+// version in place, so a typo never stops a running runner.
+func (r *Runner) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		p, err := loadProjects(r.cfg.ProjectsFile)
+		if err != nil {
+			r.log.Error("reloading the project registry failed, keeping the old one", zap.String("file", r.cfg.ProjectsFile), zap.Error(err))
+			continue
+		}
+		r.projects.Store(p)
+		r.log.Info("project registry reloaded", zap.String("file", r.cfg.ProjectsFile), zap.Int("projects", len(p.reg.Projects())))
+	}
 }
 
 func (r *Runner) consume(ctx context.Context, cons jetstream.Consumer) error {
@@ -285,10 +340,13 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	if job != nil && job.ID != "" {
 		log = log.With(zap.String("job", job.ID))
 	}
+	// The job keeps this version of the registry to its end, whatever a
+	// SIGHUP loads meanwhile.
+	projs := r.projects.Load()
 	var p *registry.Project
 	if err == nil {
 		var ok bool
-		if p, ok = r.reg.ByKey(job.Project); !ok {
+		if p, ok = projs.reg.ByKey(job.Project); !ok {
 			err = fmt.Errorf("unknown project %q", job.Project)
 		}
 	}
@@ -340,7 +398,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	lock.Store(l)
-	out := r.run(jobCtx, log, job, p, attempt)
+	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt)
 	if jobCtx.Err() != nil && out.res.Err == nil {
 		// The agent finished as the job was being stopped: its success
 		// stands, unless the job is no longer this runner's.
@@ -360,8 +418,9 @@ type outcome struct {
 }
 
 // run records the job as running, prepares the worktree and runs the
-// agent (or, for a cleanup, removes the worktree).
-func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) outcome {
+// agent (or, for a cleanup, removes the worktree). p and tmpls are of the
+// registry version the job started with.
+func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int) outcome {
 	logPath := r.ws.LogPath(job.ID, attempt)
 	if job.Kind == proto.KindCleanup {
 		logPath = ""
@@ -397,7 +456,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if err != nil {
 		return fail(fmt.Errorf("preparing worktree: %w", err))
 	}
-	text, err := r.tmpls.Render(prompt.Data{Job: job, Attempt: attempt, Max: r.cfg.MaxAttempts, Branch: workspace.Branch(job.Task.ID), Dir: dir})
+	text, err := tmpls.Render(prompt.Data{Job: job, Attempt: attempt, Max: r.cfg.MaxAttempts, Branch: workspace.Branch(job.Task.ID), Dir: dir})
 	if err != nil {
 		return fail(err)
 	}

@@ -3,6 +3,7 @@
 // attempt a log file.
 //
 //	repos/<project>.git/             bare clone of clone_url, fetched before each job
+//	                                 (concurrent jobs of a project share fetches)
 //	worktrees/<project>/<task>/      the task's worktree, on branch agent/<task>
 //	logs/<job>/<attempt>.log         the agent's output per attempt
 //
@@ -37,7 +38,17 @@ type Workspace struct {
 	Root string
 
 	mu    sync.Mutex
-	repos map[string]*sync.Mutex
+	repos map[string]*repoState
+}
+
+// repoState is what this process shares about one project's clone.
+type repoState struct {
+	// mu serialises git commands that write the clone (fetch, worktree
+	// add and remove, branch delete): they would fail on each other's
+	// ref and config locks.
+	mu sync.Mutex
+	// fetches coalesces the fetches of concurrent jobs.
+	fetches fetcher
 }
 
 // Repo says where a project's code comes from.
@@ -54,20 +65,19 @@ type Repo struct {
 // Branch is the branch of task.
 func Branch(task string) string { return BranchPrefix + proto.Token(task) }
 
-// repoLock serialises git commands on one project's clone within this
-// process: fetch and worktree add both write its refs.
-func (w *Workspace) repoLock(project string) *sync.Mutex {
+// repo returns the shared state of project's clone.
+func (w *Workspace) repo(project string) *repoState {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.repos == nil {
-		w.repos = map[string]*sync.Mutex{}
+		w.repos = map[string]*repoState{}
 	}
-	m, ok := w.repos[project]
+	r, ok := w.repos[project]
 	if !ok {
-		m = &sync.Mutex{}
-		w.repos[project] = m
+		r = &repoState{}
+		w.repos[project] = r
 	}
-	return m
+	return r
 }
 
 // inside joins elems under Root and checks the result stays there. Every
@@ -122,6 +132,11 @@ func (w *Workspace) TaskFile(dir, jobID, text string) (string, error) {
 // branch starts from the first of origin/agent/<task> (the task's branch
 // was pushed before), origin/<hint> (for a pull request, its head branch)
 // and origin/<default branch> that exists. It returns the worktree's path.
+//
+// Concurrent calls for one project share fetches: each call waits for a
+// fetch that started after it was made, joining one another call started
+// rather than running its own (see fetcher), so the remote's state when
+// Prepare was called is always seen.
 func (w *Workspace) Prepare(ctx context.Context, repo Repo, task, hint string) (string, error) {
 	dir, err := w.WorktreeDir(repo.Project, task)
 	if err != nil {
@@ -131,16 +146,27 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, task, hint string) (
 	if err != nil {
 		return "", err
 	}
-	m := w.repoLock(repo.Project)
-	m.Lock()
-	defer m.Unlock()
-
-	if err := w.ensureClone(ctx, gitDir, repo.CloneURL); err != nil {
+	rs := w.repo(repo.Project)
+	rs.mu.Lock()
+	err = w.ensureClone(ctx, gitDir, repo.CloneURL)
+	rs.mu.Unlock()
+	if err != nil {
 		return "", err
 	}
-	if _, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin"); err != nil {
+	// Not under rs.mu while waiting: the fetch takes it only while git
+	// runs, so worktree work of other jobs goes on in between.
+	err = rs.fetches.fetch(ctx, func(ctx context.Context) error {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
+		return err
+	})
+	if err != nil {
 		return "", fmt.Errorf("fetching %s: %w", repo.Project, err)
 	}
+
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	if isWorktree(ctx, dir) {
 		return dir, nil
 	}
@@ -253,9 +279,9 @@ func (w *Workspace) Remove(ctx context.Context, project, task string) error {
 	if err != nil {
 		return err
 	}
-	m := w.repoLock(project)
-	m.Lock()
-	defer m.Unlock()
+	rs := w.repo(project)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	if _, err := os.Stat(filepath.Join(gitDir, "HEAD")); err != nil {
 		// No clone, so no worktree registered: just the directory.
 		return removeAll(dir)

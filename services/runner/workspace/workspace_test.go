@@ -2,10 +2,12 @@ package workspace_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/orch-dev/orch/services/runner/workspace"
@@ -191,5 +193,79 @@ func TestMissingDefaultBranch(t *testing.T) {
 	repo.DefaultBranch = "trunk"
 	if _, err := ws.Prepare(context.Background(), repo, "t", ""); err == nil || !strings.Contains(err.Error(), "trunk") {
 		t.Errorf("prepare without the default branch: %v", err)
+	}
+}
+
+// gitRun is gitOut for goroutines other than the test's: it returns the
+// error instead of failing the test.
+func gitRun(dir string, args ...string) (string, error) {
+	args = append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)
+	out, err := exec.Command("git", args...).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("git %v: %w: %s", args, err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Concurrent jobs of one project share fetches, yet each sees what was
+// pushed to the origin before it asked: every job pushes its task branch,
+// then prepares, and its worktree must start from that very commit.
+func TestConcurrentPreparesShareFetches(t *testing.T) {
+	ctx := context.Background()
+	ws, repo, remote := setup(t)
+	if _, err := ws.Prepare(ctx, repo, "warm", ""); err != nil {
+		t.Fatal(err)
+	}
+	// Every fetch runs git-upload-pack in the origin: a wrapper counts
+	// them, and is slow enough that the jobs pile up behind one.
+	tmp := t.TempDir()
+	count, wrapper := filepath.Join(tmp, "fetches"), filepath.Join(tmp, "upload-pack.sh")
+	script := "#!/bin/sh\necho fetch >> " + count + "\nsleep 0.2\nexec git upload-pack \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitDir, err := ws.RepoDir(repo.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, gitDir, "config", "remote.origin.uploadpack", wrapper)
+
+	const jobs = 8
+	var (
+		wg     sync.WaitGroup
+		pushMu sync.Mutex // one writer of the origin at a time
+	)
+	for i := range jobs {
+		wg.Go(func() {
+			task := fmt.Sprint("task-", i)
+			pushMu.Lock()
+			sha, err := gitRun(remote, "commit-tree", "HEAD^{tree}", "-p", "HEAD", "-m", task)
+			if err == nil {
+				_, err = gitRun(remote, "update-ref", "refs/heads/"+workspace.Branch(task), sha)
+			}
+			pushMu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			dir, err := ws.Prepare(ctx, repo, task, "")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if head, err := gitRun(dir, "rev-parse", "HEAD"); err != nil || head != sha {
+				t.Errorf("%s: worktree at %s (%v), want the commit pushed before it asked, %s", task, head, err, sha)
+			}
+		})
+	}
+	wg.Wait()
+	data, err := os.ReadFile(count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := strings.Count(string(data), "fetch")
+	t.Logf("%d jobs, %d fetches", jobs, n)
+	if n < 1 || n > jobs/2 {
+		t.Errorf("%d fetches for %d concurrent jobs, want far fewer", n, jobs)
 	}
 }

@@ -194,8 +194,12 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 		switch {
 		case st.State == proto.StateDone && (len(runs) == 0 || !runs[len(runs)-1].ended || runs[len(runs)-1].code != 0):
 			r.problem("job %s is done without a successful last agent run", j.id)
-		case st.State == proto.StateFailed && !j.doomed && !interrupted:
-			r.problem("job %s failed after %d agent runs, yet it was meant to succeed and no run of it was interrupted (attempt %d, error %q)",
+		case st.State == proto.StateFailed && !j.doomed && !interrupted &&
+			s.killsBetween(st.Job.CreatedAt, st.UpdatedAt) < st.Attempt-len(runs):
+			// A delivery that ran no agent was lost with a runner killed
+			// before the agent started (waiting for the task's lock, say):
+			// each needs a kill during the job's life.
+			r.problem("job %s failed after %d agent runs, yet it was meant to succeed, no run of it was interrupted, and too few runners were killed during its life to explain %d deliveries (error %q)",
 				j.id, len(runs), st.Attempt, st.Error)
 		case st.State == proto.StateDone && j.doomed:
 			r.problem("job %s is done, yet every run of it fails", j.id)
@@ -276,4 +280,15 @@ func (r *report) print(w io.Writer) {
 func countRuns(dir, id string) int {
 	runs, _ := readRuns(filepath.Join(dir, id))
 	return len(runs)
+}
+
+// killsBetween counts the runner SIGKILLs from from to to.
+func (s *system) killsBetween(from, to time.Time) int {
+	n := 0
+	for tag, at := range s.ended {
+		if s.killed[tag] && !at.Before(from) && !at.After(to) {
+			n++
+		}
+	}
+	return n
 }

@@ -29,12 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The embedded nats-server and nats.go keep a few process-wide
-		// helpers alive; they are not the gateway's goroutines.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*ipQueue[...]).push"),
-	)
+	goleak.VerifyTestMain(m, natstest.IgnoreServer()...)
 }
 
 const (

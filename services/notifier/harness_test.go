@@ -30,7 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoreServer()...)
 }
 
 // testToken is the bot token of every test; it must never reach a log.

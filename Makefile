@@ -48,8 +48,12 @@ FUZZ_TARGETS += services/gateway:webhook:FuzzParsePlane
 FUZZ_TARGETS += services/gateway:trigger:FuzzGitea
 FUZZ_TARGETS += services/gateway:trigger:FuzzPlane
 # --- end gateway fuzz targets ---
-FUZZ_SHORT ?= 5s
-FUZZ_LONG  ?= 60s
+# Budgets are counts of executions, not durations: with a duration, Go
+# 1.26's fuzz coordinator can fail a clean run with "context deadline
+# exceeded" at the deadline (go.dev/issue/75804, fixed in Go 1.27). On two
+# cores 100000x takes about ten seconds for the slowest target.
+FUZZ_SHORT ?= 100000x
+FUZZ_LONG  ?= 2000000x
 
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do \

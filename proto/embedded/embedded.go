@@ -101,9 +101,6 @@ func (s *Server) start() error {
 // URL is the client URL of the server.
 func (s *Server) URL() string { return s.srv.ClientURL() }
 
-// Inner is the nats-server itself.
-func (s *Server) Inner() *server.Server { return s.srv }
-
 // Shutdown stops the server and waits until it is down.
 func (s *Server) Shutdown() {
 	s.srv.Shutdown()

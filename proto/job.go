@@ -62,6 +62,11 @@ type Task struct {
 	URL    string `json:"url,omitempty"`
 	Branch string `json:"branch,omitempty"`
 	PR     int    `json:"pr,omitempty"`
+	// HeadSHA is the commit the event names as the head of Branch (a pull
+	// request's head, a workflow run's commit), where it names one. The
+	// runner brings the worktree to it, or to a newer head on the remote,
+	// before the job runs.
+	HeadSHA string `json:"head_sha,omitempty"`
 }
 
 // Source says which event made the job.

@@ -140,7 +140,7 @@ func (g giteaCtx) workflowRun(ev *webhook.GiteaWorkflowRunEvent) Decision {
 	if ev.Workflow != nil && ev.Workflow.Name != "" {
 		name = ev.Workflow.Name
 	}
-	task := proto.Task{ID: taskID, Title: "CI failed: " + name, URL: run.HTMLURL, Branch: run.HeadBranch}
+	task := proto.Task{ID: taskID, Title: "CI failed: " + name, URL: run.HTMLURL, Branch: run.HeadBranch, HeadSHA: run.HeadSHA}
 	key := fmt.Sprintf("gitea|%s|workflow_run|%d|%d|%s", ev.Repository.FullName, run.ID, run.RunAttempt, run.HeadSHA)
 	job := newJob(g.p, proto.KindFix, key, task, g.source(ev.Action, ev.Sender.Login), g.now)
 	job.Trigger = truncate(name, MaxTriggerText)
@@ -148,13 +148,14 @@ func (g giteaCtx) workflowRun(ev *webhook.GiteaWorkflowRunEvent) Decision {
 }
 
 // prTask is the task a pull request belongs to: the task of its agent
-// branch, or pr-<number>.
+// branch, or pr-<number>. It names the head branch and commit, so the
+// runner runs the job at the pull request's head.
 func prTask(pr *webhook.GiteaPullRequest) proto.Task {
 	id, ok := TaskOfBranch(pr.Head.Ref)
 	if !ok {
 		id = fmt.Sprintf("pr-%d", pr.Number)
 	}
-	return proto.Task{ID: id, Title: pr.Title, Body: pr.Body, URL: pr.HTMLURL, Branch: pr.Head.Ref, PR: pr.Number}
+	return proto.Task{ID: id, Title: pr.Title, Body: pr.Body, URL: pr.HTMLURL, Branch: pr.Head.Ref, PR: pr.Number, HeadSHA: pr.Head.SHA}
 }
 
 // digest shortens free text for a dedupe key.

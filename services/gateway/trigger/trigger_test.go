@@ -22,6 +22,13 @@ const (
 
 var now = time.Date(2025, 6, 2, 12, 0, 0, 0, time.UTC)
 
+// The head commits of the pull request in the Gitea fixtures: opened at
+// shaA; reopened, reviewed, closed and its workflow run at shaC.
+const (
+	shaA = "3f2a9c1d7e4b6a5c8d9e0f1a2b3c4d5e6f7a8b9c"
+	shaC = "c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3"
+)
+
 func testRegistry(t testing.TB) *registry.Registry {
 	t.Helper()
 	reg, err := registry.Parse([]byte(`projects:
@@ -91,6 +98,8 @@ type want struct {
 	task    string
 	cancel  string
 	ignored string
+	// head is the job's Task.HeadSHA; "-" for none.
+	head string
 }
 
 func check(t *testing.T, d Decision, w want) {
@@ -123,6 +132,9 @@ func check(t *testing.T, d Decision, w want) {
 	if j.Kind != w.kind || j.Task.ID != w.task || j.Project != "widgets" {
 		t.Errorf("job = %s %s/%s, want %s %s", j.Kind, j.Project, j.Task.ID, w.kind, w.task)
 	}
+	if w.head != "" && j.Task.HeadSHA != strings.TrimPrefix(w.head, "-") {
+		t.Errorf("job's head sha = %q, want %q", j.Task.HeadSHA, strings.TrimPrefix(w.head, "-"))
+	}
 	if err := j.Validate(); err != nil {
 		t.Errorf("job invalid: %v", err)
 	}
@@ -137,12 +149,15 @@ func TestGitea(t *testing.T) {
 		edit    func(map[string]any)
 		want    want
 	}{
-		{name: "pr opened", fixture: "pull_request__opened", want: want{kind: proto.KindReview, task: "pr-42"}},
-		{name: "pr reopened", fixture: "pull_request__reopened", want: want{kind: proto.KindReview, task: "pr-42"}},
+		{name: "pr opened", fixture: "pull_request__opened", want: want{kind: proto.KindReview, task: "pr-42", head: shaA}},
+		{name: "pr reopened", fixture: "pull_request__reopened", want: want{kind: proto.KindReview, task: "pr-42", head: shaC}},
 		{name: "pr synchronized", fixture: "pull_request__opened", event: "pull_request_sync",
-			edit: func(m map[string]any) { m["action"] = "synchronized" }, want: want{kind: proto.KindReview, task: "pr-42"}},
+			edit: func(m map[string]any) {
+				m["action"] = "synchronized"
+				obj(m, "pull_request", "head")["sha"] = shaC
+			}, want: want{kind: proto.KindReview, task: "pr-42", head: shaC}},
 		{name: "pr on agent branch belongs to its task", fixture: "pull_request__opened", edit: agentBranch,
-			want: want{kind: proto.KindReview, task: "wid-41"}},
+			want: want{kind: proto.KindReview, task: "wid-41", head: shaA}},
 		{name: "pr pushed by the agent is reviewed too", fixture: "pull_request__opened", edit: func(m map[string]any) {
 			agentBranch(m)
 			obj(m, "sender")["login"] = "agent-bot"
@@ -156,14 +171,14 @@ func TestGitea(t *testing.T) {
 		{name: "review requested", fixture: "pull_request_review_request__review_requested", want: want{ignored: "not acted on"}},
 		{name: "review rejected on a human branch", fixture: "pull_request_review_rejected__reviewed", want: want{ignored: "not an agent branch"}},
 		{name: "review rejected on an agent branch", fixture: "pull_request_review_rejected__reviewed", edit: agentBranch,
-			want: want{kind: proto.KindFix, task: "wid-41"}},
+			want: want{kind: proto.KindFix, task: "wid-41", head: shaC}},
 		{name: "agent's own rejecting review", fixture: "pull_request_review_rejected__reviewed", edit: func(m map[string]any) {
 			agentBranch(m)
 			obj(m, "sender")["login"] = "agent-bot"
 		}, want: want{ignored: "agent's own"}},
 		{name: "review approved", fixture: "pull_request_review_approved__reviewed", edit: agentBranch, want: want{ignored: "not acted on"}},
 		{name: "review comment", fixture: "pull_request_review_comment__reviewed", edit: agentBranch, want: want{ignored: "not acted on"}},
-		{name: "issue comment with mention", fixture: "issue_comment__created", want: want{kind: proto.KindRespond, task: "issue-41"}},
+		{name: "issue comment with mention", fixture: "issue_comment__created", want: want{kind: proto.KindRespond, task: "issue-41", head: "-"}},
 		{name: "issue comment edited", fixture: "issue_comment__edited", want: want{ignored: `action "edited"`}},
 		{name: "mention from an untrusted actor", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "comment", "user")["login"] = "mallory"
@@ -181,12 +196,12 @@ func TestGitea(t *testing.T) {
 			edit: func(m map[string]any) {
 				m["is_pull"] = true
 				obj(m, "issue")["pull_request"] = map[string]any{"html_url": "https://gitea.example.com/acme/widgets/pulls/41"}
-			}, want: want{kind: proto.KindRespond, task: "pr-41"}},
+			}, want: want{kind: proto.KindRespond, task: "pr-41", head: "-"}},
 		{name: "pull request comment naming the agent branch", fixture: "issue_comment__created", event: "pull_request_comment",
 			edit: func(m map[string]any) {
 				m["is_pull"] = true
-				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7"}}
-			}, want: want{kind: proto.KindRespond, task: "wid-7"}},
+				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7", "sha": shaA}}
+			}, want: want{kind: proto.KindRespond, task: "wid-7", head: shaA}},
 		{name: "unknown repository", fixture: "pull_request__opened", edit: func(m map[string]any) {
 			obj(m, "repository")["full_name"] = "other/repo"
 		}, want: want{ignored: "unknown repository"}},
@@ -196,7 +211,7 @@ func TestGitea(t *testing.T) {
 		{name: "issue assigned", fixture: "issue_assign__assigned", want: want{ignored: "not acted on"}},
 		{name: "push", fixture: "push__push", want: want{ignored: "not acted on"}},
 		{name: "workflow run failed on an agent branch", fixture: "workflow_run", event: "workflow_run",
-			want: want{kind: proto.KindFix, task: "wid-41"}},
+			want: want{kind: proto.KindFix, task: "wid-41", head: shaC}},
 		{name: "workflow run succeeded", fixture: "workflow_run", event: "workflow_run",
 			edit: func(m map[string]any) { obj(m, "workflow_run")["conclusion"] = "success" }, want: want{ignored: "not failure"}},
 		{name: "workflow run failed on a human branch", fixture: "workflow_run", event: "workflow_run",

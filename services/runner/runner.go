@@ -451,12 +451,12 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	}
 
 	fail := func(err error) outcome { return outcome{res: agent.Result{ExitCode: -1, Err: err}, log: logPath} }
-	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch}
-	dir, err := r.ws.Prepare(ctx, repo, job.Task.ID, job.Task.Branch)
+	co, err := r.prepare(ctx, log, job, p)
 	if err != nil {
 		return fail(fmt.Errorf("preparing worktree: %w", err))
 	}
-	text, err := tmpls.Render(prompt.Data{Job: job, Attempt: attempt, Max: r.cfg.MaxAttempts, Branch: workspace.Branch(job.Task.ID), Dir: dir})
+	dir := co.Dir
+	text, err := tmpls.Render(promptData(job, attempt, r.cfg.MaxAttempts, co))
 	if err != nil {
 		return fail(err)
 	}

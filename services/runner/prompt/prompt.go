@@ -32,9 +32,18 @@ type Data struct {
 	// Attempt is this delivery of the job, from 1; Max is the last one.
 	Attempt int
 	Max     int
-	// Branch is the task's branch, agent/<task>; Dir its worktree.
+	// Branch is the branch checked out in the worktree Dir: agent/<task>,
+	// or the head branch of a pull request that is not an agent branch.
 	Branch string
 	Dir    string
+	// Head is the commit the worktree was prepared at. Upstream is the
+	// remote branch Branch tracks (origin/<branch>), which a plain `git
+	// push` updates; empty while the branch is not on the remote.
+	Head     string
+	Upstream string
+	// Notes say where the worktree is not simply at the head the job is
+	// about: kept work of an earlier job, a head that moved on.
+	Notes []string
 }
 
 // Templates are the task templates of every project.

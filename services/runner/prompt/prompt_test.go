@@ -34,6 +34,31 @@ func TestEmbeddedPerKind(t *testing.T) {
 	}
 }
 
+// The task names the commit the worktree was prepared at, the branch a
+// push updates, and every note about kept work.
+func TestHeadAndNotes(t *testing.T) {
+	tmpls, err := prompt.Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := tmpls.Render(prompt.Data{Job: job(proto.KindReview), Attempt: 1, Max: 3, Branch: "feature/size",
+		Head: "0123456789abcdef0123456789abcdef01234567", Upstream: "origin/feature/size",
+		Notes: []string{"The branch holds 2 commit(s) that are not on the remote", "uncommitted changes"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"prepared at commit `0123456789abcdef0123456789abcdef01234567`", "tracks `origin/feature/size`",
+		"**Note:** The branch holds 2 commit(s)", "**Note:** uncommitted changes"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("task lacks %q:\n%s", want, text)
+		}
+	}
+	plain, _ := tmpls.Render(prompt.Data{Job: job(proto.KindReview), Attempt: 1, Max: 3, Branch: "agent/pr-42"})
+	if strings.Contains(plain, "Note:") || strings.Contains(plain, "prepared at") || strings.Contains(plain, "tracks") {
+		t.Errorf("task without a head or notes mentions them:\n%s", plain)
+	}
+}
+
 func TestProjectOverride(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "tmpl"), 0o755); err != nil {

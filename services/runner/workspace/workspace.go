@@ -5,6 +5,7 @@
 //	repos/<project>.git/             bare clone of clone_url, fetched before each job
 //	                                 (concurrent jobs of a project share fetches)
 //	worktrees/<project>/<task>/      the task's worktree, on branch agent/<task>
+//	                                 or its pull request's head branch
 //	logs/<job>/<attempt>.log         the agent's output per attempt
 //
 // One runner process owns a workspace: Clean, called at start, removes the
@@ -126,83 +127,6 @@ func (w *Workspace) TaskFile(dir, jobID, text string) (string, error) {
 	return path, nil
 }
 
-// Prepare makes sure the task's worktree exists and is current: the
-// project's clone is made if missing and fetched, and the worktree is
-// added on branch agent/<task> the first time, reused afterwards. A new
-// branch starts from the first of origin/agent/<task> (the task's branch
-// was pushed before), origin/<hint> (for a pull request, its head branch)
-// and origin/<default branch> that exists. It returns the worktree's path.
-//
-// Concurrent calls for one project share fetches: each call waits for a
-// fetch that started after it was made, joining one another call started
-// rather than running its own (see fetcher), so the remote's state when
-// Prepare was called is always seen.
-func (w *Workspace) Prepare(ctx context.Context, repo Repo, task, hint string) (string, error) {
-	dir, err := w.WorktreeDir(repo.Project, task)
-	if err != nil {
-		return "", err
-	}
-	gitDir, err := w.RepoDir(repo.Project)
-	if err != nil {
-		return "", err
-	}
-	rs := w.repo(repo.Project)
-	rs.mu.Lock()
-	err = w.ensureClone(ctx, gitDir, repo.CloneURL)
-	rs.mu.Unlock()
-	if err != nil {
-		return "", err
-	}
-	// Not under rs.mu while waiting: the fetch takes it only while git
-	// runs, so worktree work of other jobs goes on in between.
-	err = rs.fetches.fetch(ctx, func(ctx context.Context) error {
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
-		return err
-	})
-	if err != nil {
-		return "", fmt.Errorf("fetching %s: %w", repo.Project, err)
-	}
-
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if isWorktree(ctx, dir) {
-		return dir, nil
-	}
-	// A directory that is not a working worktree is what a crash during
-	// "worktree add" leaves: start it again.
-	if err := os.RemoveAll(dir); err != nil {
-		return "", fmt.Errorf("removing broken worktree: %w", err)
-	}
-	if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", fmt.Errorf("creating worktree parent: %w", err)
-	}
-	branch := Branch(task)
-	if refExists(ctx, gitDir, "refs/heads/"+branch) {
-		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", dir, branch)
-	} else {
-		var start string
-		for _, b := range []string{branch, hint, repo.DefaultBranch} {
-			if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
-				start = "origin/" + b
-				break
-			}
-		}
-		if start == "" {
-			return "", fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
-		}
-		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", "--no-track", "-b", branch, dir, start)
-	}
-	if err != nil {
-		return "", fmt.Errorf("adding worktree for %s: %w", task, err)
-	}
-	return dir, nil
-}
-
 // ensureClone makes the bare clone at gitDir if it is missing. It is made
 // aside and renamed into place, so a crash never leaves half a clone.
 func (w *Workspace) ensureClone(ctx context.Context, gitDir, url string) error {
@@ -267,8 +191,9 @@ func cloneSource(url string) (string, error) {
 	return abs, nil
 }
 
-// Remove deletes the task's worktree and its local branch (the pushed
-// branch, if any, stays on the remote). Removing what is not there is not
+// Remove deletes the task's worktree and its local branch, agent/<task>
+// or the pull request's head branch it is on (a pushed branch stays on the
+// remote). Removing what is not there is not
 // an error.
 func (w *Workspace) Remove(ctx context.Context, project, task string) error {
 	dir, err := w.WorktreeDir(project, task)
@@ -286,7 +211,13 @@ func (w *Workspace) Remove(ctx context.Context, project, task string) error {
 		// No clone, so no worktree registered: just the directory.
 		return removeAll(dir)
 	}
+	branches := []string{Branch(task)}
 	if isWorktree(ctx, dir) {
+		// The worktree may be on a pull request's head branch: its local
+		// copy goes too.
+		if b := currentBranch(ctx, dir); b != "" && b != branches[0] {
+			branches = append(branches, b)
+		}
 		if _, err := git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir); err != nil {
 			return fmt.Errorf("removing worktree of %s: %w", task, err)
 		}
@@ -297,8 +228,11 @@ func (w *Workspace) Remove(ctx context.Context, project, task string) error {
 	if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
 		return err
 	}
-	if branch := Branch(task); refExists(ctx, gitDir, "refs/heads/"+branch) {
-		if _, err := git(ctx, gitDir, "branch", "-D", "--quiet", branch); err != nil {
+	for _, branch := range branches {
+		if !refExists(ctx, gitDir, "refs/heads/"+branch) {
+			continue
+		}
+		if _, err := git(ctx, gitDir, "branch", "-D", "--quiet", "--", branch); err != nil {
 			return fmt.Errorf("deleting branch %s: %w", branch, err)
 		}
 	}

@@ -13,6 +13,13 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
+// prepareDir prepares the worktree of task for a job naming head branch
+// hint (and no head commit) and returns its directory.
+func prepareDir(ctx context.Context, ws *workspace.Workspace, repo workspace.Repo, task, hint string) (string, error) {
+	co, err := ws.Prepare(ctx, repo, workspace.Want{Task: task, HeadBranch: hint})
+	return co.Dir, err
+}
+
 func gitOut(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	args = append([]string{"-c", "user.name=t", "-c", "user.email=t@t"}, args...)
@@ -37,7 +44,7 @@ func TestWorktreeLifecycle(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, remote := setup(t)
 
-	dir, err := ws.Prepare(ctx, repo, "task-1", "")
+	dir, err := prepareDir(ctx, ws, repo, "task-1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +77,7 @@ func TestWorktreeLifecycle(t *testing.T) {
 	}
 	gitOut(t, remote, "add", "new.txt")
 	gitOut(t, remote, "commit", "-q", "-m", "upstream")
-	again, err := ws.Prepare(ctx, repo, "task-1", "")
+	again, err := prepareDir(ctx, ws, repo, "task-1", "")
 	if err != nil || again != dir {
 		t.Fatalf("second prepare: %s, %v", again, err)
 	}
@@ -98,7 +105,7 @@ func TestWorktreeLifecycle(t *testing.T) {
 }
 
 // A task whose branch was pushed starts from it; a pull request's task
-// starts from the hint (its head branch) when there is no agent branch.
+// starts from its head branch.
 func TestStartPoints(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, remote := setup(t)
@@ -110,14 +117,14 @@ func TestStartPoints(t *testing.T) {
 	pushed := gitOut(t, remote, "rev-parse", "HEAD")
 	gitOut(t, remote, "checkout", "-q", "main")
 
-	dir, err := ws.Prepare(ctx, repo, "pr-7", "feature/x")
+	dir, err := prepareDir(ctx, ws, repo, "pr-7", "feature/x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := gitOut(t, dir, "rev-parse", "HEAD"); got != feature {
 		t.Errorf("pr-7 starts at %s, want feature/x %s", got, feature)
 	}
-	dir, err = ws.Prepare(ctx, repo, "task-2", "feature/x")
+	dir, err = prepareDir(ctx, ws, repo, "task-2", "agent/task-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +138,7 @@ func TestStartPoints(t *testing.T) {
 func TestCleanStaleLocks(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, _ := setup(t)
-	dir, err := ws.Prepare(ctx, repo, "task-3", "")
+	dir, err := prepareDir(ctx, ws, repo, "task-3", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +171,7 @@ func TestCleanStaleLocks(t *testing.T) {
 	if err := os.MkdirAll(broken, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if dir, err := ws.Prepare(ctx, repo, "task-4", ""); err != nil || dir != broken {
+	if dir, err := prepareDir(ctx, ws, repo, "task-4", ""); err != nil || dir != broken {
 		t.Fatalf("prepare over a broken dir: %s, %v", dir, err)
 	}
 }
@@ -191,7 +198,7 @@ func TestNoEscape(t *testing.T) {
 func TestMissingDefaultBranch(t *testing.T) {
 	ws, repo, _ := setup(t)
 	repo.DefaultBranch = "trunk"
-	if _, err := ws.Prepare(context.Background(), repo, "t", ""); err == nil || !strings.Contains(err.Error(), "trunk") {
+	if _, err := prepareDir(context.Background(), ws, repo, "t", ""); err == nil || !strings.Contains(err.Error(), "trunk") {
 		t.Errorf("prepare without the default branch: %v", err)
 	}
 }
@@ -213,7 +220,7 @@ func gitRun(dir string, args ...string) (string, error) {
 func TestConcurrentPreparesShareFetches(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, remote := setup(t)
-	if _, err := ws.Prepare(ctx, repo, "warm", ""); err != nil {
+	if _, err := prepareDir(ctx, ws, repo, "warm", ""); err != nil {
 		t.Fatal(err)
 	}
 	// Every fetch runs git-upload-pack in the origin: a wrapper counts
@@ -248,7 +255,7 @@ func TestConcurrentPreparesShareFetches(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			dir, err := ws.Prepare(ctx, repo, task, "")
+			dir, err := prepareDir(ctx, ws, repo, task, "")
 			if err != nil {
 				t.Error(err)
 				return

@@ -1,0 +1,37 @@
+package runner
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/services/runner/prompt"
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// prepare brings the job's worktree to the head the job is about (see
+// workspace.Prepare) and logs where it is, with a warning when it holds
+// an earlier job's work that was kept instead.
+func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) (workspace.Checkout, error) {
+	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch}
+	co, err := r.ws.Prepare(ctx, repo, workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA})
+	if err != nil {
+		return co, err
+	}
+	fields := []zap.Field{zap.String("branch", co.Branch), zap.String("head", co.Head), zap.String("target", co.Target)}
+	if len(co.Notes) > 0 {
+		log.Warn("worktree prepared with notes for the agent", append(fields, zap.Int("unpushed", co.Unpushed),
+			zap.Int("uncommitted", len(co.Uncommitted)), zap.Strings("notes", co.Notes))...)
+	} else {
+		log.Info("worktree prepared", fields...)
+	}
+	return co, nil
+}
+
+// promptData is what the task template of job sees, prepared in co.
+func promptData(job *proto.Job, attempt, maxAttempts int, co workspace.Checkout) prompt.Data {
+	return prompt.Data{Job: job, Attempt: attempt, Max: maxAttempts, Branch: co.Branch, Dir: co.Dir,
+		Head: co.Head, Upstream: co.Upstream, Notes: co.Notes}
+}

@@ -1,0 +1,175 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Want is what a job asks of its task's worktree.
+type Want struct {
+	// Task is the task id. It names the worktree and, unless HeadBranch
+	// is a branch of someone else's, the branch agent/<task>.
+	Task string
+	// HeadBranch is the head branch of the pull request (or workflow run)
+	// the job is about, empty when there is none.
+	HeadBranch string
+	// HeadSHA is the commit the job's event names as HeadBranch's head,
+	// empty when it names none.
+	HeadSHA string
+}
+
+// Checkout is a task's worktree as its job finds it.
+type Checkout struct {
+	// Dir is the worktree.
+	Dir string
+	// Branch is the branch checked out.
+	Branch string
+	// Upstream is the remote branch Branch tracks (origin/<Branch>), the
+	// one a plain `git push` updates; empty while Branch is not on the
+	// remote.
+	Upstream string
+	// Head is the commit checked out: the commit the job was prepared at.
+	Head string
+	// Target is the commit the job is to run at: the newer of the job's
+	// HeadSHA and the remote's head of Branch; empty when neither is
+	// known. Head is not Target only when the worktree holds work that is
+	// not on the remote: that work is kept, and Notes say so.
+	Target string
+	// Unpushed counts the commits of Branch that are on no remote branch,
+	// and Uncommitted lists the paths with uncommitted changes (as `git
+	// status --short` shows them, at most maxListed): an earlier job's
+	// work, kept.
+	Unpushed    int
+	Uncommitted []string
+	// Notes tell the agent, a sentence each, where the worktree is not
+	// simply at Target.
+	Notes []string
+}
+
+// Prepare makes sure the task's worktree exists and is at the head the job
+// is about, and returns what it found and did.
+//
+// The project's clone is made if missing and fetched. The worktree is on
+// the pull request's head branch when the job names one that is not an
+// agent branch (so the agent's `git push` updates the pull request), else
+// on agent/<task>; a job that names no head branch keeps the branch the
+// worktree is on. A new branch starts from the first of origin/<branch>,
+// origin/<head branch> and origin/<default branch> that exists.
+//
+// Then the worktree is brought to Target, the newer of want.HeadSHA and
+// origin/<branch>. Work that is not on the remote is never thrown away: a
+// worktree with commits of its own that Target lacks, or with
+// uncommitted changes in the way, stays as it is, and Checkout.Notes say
+// so (see bringToHead).
+//
+// Concurrent calls for one project share fetches: each call waits for a
+// fetch that started after it was made, joining one another call started
+// rather than running its own (see fetcher), so the remote's state when
+// Prepare was called is always seen.
+func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout, error) {
+	dir, err := w.WorktreeDir(repo.Project, want.Task)
+	if err != nil {
+		return Checkout{}, err
+	}
+	gitDir, err := w.RepoDir(repo.Project)
+	if err != nil {
+		return Checkout{}, err
+	}
+	rs := w.repo(repo.Project)
+	rs.mu.Lock()
+	err = w.ensureClone(ctx, gitDir, repo.CloneURL)
+	rs.mu.Unlock()
+	if err != nil {
+		return Checkout{}, err
+	}
+	// Not under rs.mu while waiting: the fetch takes it only while git
+	// runs, so worktree work of other jobs goes on in between.
+	err = rs.fetches.fetch(ctx, func(ctx context.Context) error {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
+		return err
+	})
+	if err != nil {
+		return Checkout{}, fmt.Errorf("fetching %s: %w", repo.Project, err)
+	}
+
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	branch := want.branch(ctx, gitDir)
+	if isWorktree(ctx, dir) {
+		if cur := currentBranch(ctx, dir); want.HeadBranch == "" && cur != "" {
+			branch = cur
+		}
+	} else if err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
+		return Checkout{}, err
+	}
+	co, err := bringToHead(ctx, dir, want, branch)
+	if err != nil {
+		return Checkout{}, fmt.Errorf("bringing the worktree of %s to its head: %w", want.Task, err)
+	}
+	return co, nil
+}
+
+// branch is the branch the job wants the worktree on: the head branch of
+// its pull request when that is not an agent branch and is a branch name
+// git accepts, else agent/<task>.
+func (w Want) branch(ctx context.Context, gitDir string) string {
+	h := w.HeadBranch
+	if h == "" || strings.HasPrefix(h, BranchPrefix) || strings.HasPrefix(h, "-") {
+		return Branch(w.Task)
+	}
+	if _, err := git(ctx, gitDir, "check-ref-format", "--branch", h); err != nil {
+		return Branch(w.Task)
+	}
+	return h
+}
+
+// addWorktree adds the task's worktree at dir on branch, made from its
+// start point if it does not exist yet.
+func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) error {
+	// A directory that is not a working worktree is what a crash during
+	// "worktree add" leaves: start it again.
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing broken worktree: %w", err)
+	}
+	if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("creating worktree parent: %w", err)
+	}
+	var err error
+	if refExists(ctx, gitDir, "refs/heads/"+branch) {
+		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", dir, branch)
+	} else {
+		var start string
+		for _, b := range []string{branch, want.HeadBranch, repo.DefaultBranch} {
+			if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
+				start = "origin/" + b
+				break
+			}
+		}
+		if start == "" {
+			return fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
+		}
+		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", "--no-track", "-b", branch, dir, start)
+	}
+	if err != nil {
+		return fmt.Errorf("adding worktree for %s: %w", want.Task, err)
+	}
+	return nil
+}
+
+// currentBranch is the branch checked out in dir, empty when its HEAD is
+// detached.
+func currentBranch(ctx context.Context, dir string) string {
+	out, err := git(ctx, dir, "symbolic-ref", "--quiet", "--short", "HEAD")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}

@@ -1,0 +1,225 @@
+package workspace
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Bringing a worktree to the head a job is about.
+//
+// Every job of a task reuses its worktree, so before each job the worktree
+// is moved to the head the job's event names, or to a newer one on the
+// remote: a review after a push must read the pushed code. What must hold
+// while doing so: work that is not on the remote (commits an earlier job
+// made and did not push, uncommitted changes) is never thrown away. A
+// worktree holding such work that the head lacks stays as it is, and the
+// Checkout's notes say so, for the agent to decide; git's own checks
+// (`reset --keep`) refuse a move that would overwrite an uncommitted
+// change.
+//
+// Which commits are "not on the remote" is judged against every remote
+// branch and against baseRef, the last remote head the worktree was
+// brought to: after a force push, the commits the remote dropped were
+// never the worktree's own work, and the worktree follows the new head.
+
+// baseRef is, per worktree, the last remote head the worktree was at or
+// ahead of. It lives in the worktree's own ref namespace, so it goes with
+// the worktree.
+const baseRef = "refs/worktree/orch/base"
+
+// maxListed caps the uncommitted paths a Checkout lists.
+const maxListed = 20
+
+// shaPattern is what a commit id from an event must look like before git
+// is asked about it.
+var shaPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+
+// bringToHead brings the worktree at dir to the head want names on branch, never
+// losing work that is not on the remote, and reports where it is.
+func bringToHead(ctx context.Context, dir string, want Want, branch string) (Checkout, error) {
+	co := Checkout{Dir: dir, Branch: branch}
+	remote := resolve(ctx, dir, "refs/remotes/origin/"+branch)
+	if remote != "" {
+		co.Upstream = "origin/" + branch
+	} else if want.HeadBranch != "" && want.HeadBranch != branch {
+		// An agent branch spelt otherwise on the remote (agent/WID-41
+		// for task wid-41) is followed too.
+		remote = resolve(ctx, dir, "refs/remotes/origin/"+want.HeadBranch)
+	}
+	var event string
+	if want.HeadSHA != "" {
+		if shaPattern.MatchString(want.HeadSHA) {
+			event = resolve(ctx, dir, want.HeadSHA+"^{commit}")
+		}
+		if event == "" {
+			co.Notes = append(co.Notes, fmt.Sprintf("The event that made this job names head %s, which the remote does not have (any more).", want.HeadSHA))
+		}
+	}
+	co.Target = newer(ctx, dir, remote, event)
+	if event != "" && co.Target != event {
+		co.Notes = append(co.Notes, fmt.Sprintf("The remote's head moved on since the event that made this job (%s): the job is for the newer %s.", short(event), short(co.Target)))
+	}
+
+	st, err := inspect(ctx, dir, co.Target)
+	if err != nil {
+		return co, err
+	}
+	if cur := currentBranch(ctx, dir); cur != branch {
+		if moved, why := switchBranch(ctx, dir, branch, co.Target, st); !moved {
+			co.Branch, co.Upstream = cmp.Or(cur, "(detached HEAD)"), ""
+			co.Notes = append(co.Notes, fmt.Sprintf("The worktree is on %s, not on %s: %s", co.Branch, branch, why))
+		} else if st, err = inspect(ctx, dir, co.Target); err != nil {
+			return co, err
+		}
+	}
+	if co.Branch == branch && co.Target != "" && st.head != co.Target && st.unpushed == 0 {
+		// Nothing of the worktree's own is lost by moving: a fast-forward,
+		// or the remote rewrote what it had. --keep refuses to overwrite
+		// an uncommitted change.
+		if _, err := git(ctx, dir, "reset", "--quiet", "--keep", co.Target, "--"); err != nil {
+			co.Notes = append(co.Notes, fmt.Sprintf("Uncommitted changes are in the way of %s, so the worktree stayed at %s (%s).", short(co.Target), short(st.head), lastLine(err)))
+		} else if st, err = inspect(ctx, dir, co.Target); err != nil {
+			return co, err
+		}
+	}
+	co.Head, co.Unpushed, co.Uncommitted = st.head, st.unpushed, st.dirty
+	if co.Target != "" && co.Head != co.Target && !isAncestor(ctx, dir, co.Target, co.Head) {
+		co.Notes = append(co.Notes, fmt.Sprintf("The job is for %s at %s, but the worktree is at %s and does not contain it: it holds work that is not on the remote, kept as it was. Compare `git log HEAD..%s` and `git log %s..HEAD` before you go on.",
+			cmp.Or(co.Upstream, "the head"), short(co.Target), short(co.Head), co.Target, co.Target))
+	}
+	if co.Unpushed > 0 {
+		co.Notes = append(co.Notes, fmt.Sprintf("The branch holds %d commit(s) that are not on the remote (an earlier job's work, not pushed): kept.", co.Unpushed))
+	}
+	if len(co.Uncommitted) > 0 {
+		co.Notes = append(co.Notes, "The worktree has uncommitted changes (an earlier job's work): kept. `git status` shows: "+strings.Join(co.Uncommitted, "; ")+".")
+	}
+
+	if co.Branch == branch && co.Target != "" && isAncestor(ctx, dir, co.Target, co.Head) {
+		if _, err := git(ctx, dir, "update-ref", baseRef, co.Target); err != nil {
+			return co, err
+		}
+	}
+	if co.Branch == branch && co.Upstream != "" {
+		if up, _ := git(ctx, dir, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}"); strings.TrimSpace(up) != co.Upstream {
+			if _, err := git(ctx, dir, "branch", "--quiet", "--set-upstream-to="+co.Upstream); err != nil {
+				return co, err
+			}
+		}
+	}
+	return co, nil
+}
+
+// state is what the worktree holds: its HEAD, how many of HEAD's commits
+// are its own work (on no remote branch, not in target, not in baseRef),
+// and its uncommitted changes.
+type state struct {
+	head     string
+	unpushed int
+	dirty    []string
+}
+
+func inspect(ctx context.Context, dir, target string) (state, error) {
+	var st state
+	if st.head = resolve(ctx, dir, "HEAD"); st.head == "" {
+		return st, fmt.Errorf("worktree %s has no HEAD", dir)
+	}
+	args := []string{"rev-list", "--count", "HEAD", "--not", "--remotes=origin"}
+	for _, r := range []string{target, resolve(ctx, dir, baseRef)} {
+		if r != "" {
+			args = append(args, r)
+		}
+	}
+	out, err := git(ctx, dir, args...)
+	if err != nil {
+		return st, err
+	}
+	if st.unpushed, err = strconv.Atoi(strings.TrimSpace(out)); err != nil {
+		return st, fmt.Errorf("counting unpushed commits: %w", err)
+	}
+	out, err = git(ctx, dir, "status", "--porcelain", "--untracked-files=all")
+	if err != nil {
+		return st, err
+	}
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if len(st.dirty) == maxListed {
+			st.dirty = append(st.dirty, "…")
+			break
+		}
+		st.dirty = append(st.dirty, strings.TrimSpace(l))
+	}
+	return st, nil
+}
+
+// switchBranch checks out branch in a worktree that is on another one (or
+// detached) and holds no work of its own: the branch as it is when it
+// exists, else made at target. It says why when it does not.
+func switchBranch(ctx context.Context, dir, branch, target string, st state) (bool, string) {
+	switch {
+	case st.unpushed > 0 || len(st.dirty) > 0:
+		return false, "it holds work that is not on the remote, kept as it was."
+	case refExists(ctx, dir, "refs/heads/"+branch):
+		_, err := git(ctx, dir, "checkout", "--quiet", branch, "--")
+		if err != nil {
+			return false, lastLine(err)
+		}
+	case target != "":
+		_, err := git(ctx, dir, "checkout", "--quiet", "--no-track", "-b", branch, target, "--")
+		if err != nil {
+			return false, lastLine(err)
+		}
+	default:
+		return false, "that branch is nowhere to be found."
+	}
+	return true, ""
+}
+
+// newer is the later of two commits when one descends from the other, a
+// when they have diverged (the remote's head is the newer word), and
+// whichever is known when the other is empty.
+func newer(ctx context.Context, dir, a, b string) string {
+	switch {
+	case a == "" || a == b:
+		return b
+	case b == "":
+		return a
+	case isAncestor(ctx, dir, a, b):
+		return b
+	}
+	return a
+}
+
+// isAncestor reports whether commit a is b or an ancestor of it.
+func isAncestor(ctx context.Context, dir, a, b string) bool {
+	_, err := git(ctx, dir, "merge-base", "--is-ancestor", a, b)
+	return err == nil
+}
+
+// resolve is the commit id rev names, empty if it names none.
+func resolve(ctx context.Context, dir, rev string) string {
+	out, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", "--end-of-options", rev)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+// lastLine is the last line of err's text: git's own reason.
+func lastLine(err error) string {
+	s := strings.TrimSpace(err.Error())
+	return s[strings.LastIndexByte(s, '\n')+1:]
+}
+

@@ -222,4 +222,3 @@ func lastLine(err error) string {
 	s := strings.TrimSpace(err.Error())
 	return s[strings.LastIndexByte(s, '\n')+1:]
 }
-

@@ -56,12 +56,12 @@ func bringToHead(ctx context.Context, dir string, want Want, branch string) (Che
 			event = resolve(ctx, dir, want.HeadSHA+"^{commit}")
 		}
 		if event == "" {
-			co.Notes = append(co.Notes, fmt.Sprintf("The event that made this job names head %s, which the remote does not have (any more).", want.HeadSHA))
+			co.Notes = append(co.Notes, fmt.Sprintf("The event that made this job names head `%s`, which the remote does not have (any more).", want.HeadSHA))
 		}
 	}
 	co.Target = newer(ctx, dir, remote, event)
 	if event != "" && co.Target != event {
-		co.Notes = append(co.Notes, fmt.Sprintf("The remote's head moved on since the event that made this job (%s): the job is for the newer %s.", short(event), short(co.Target)))
+		co.Notes = append(co.Notes, fmt.Sprintf("The remote's head moved on since the event that made this job (`%s`): the job is for the newer `%s`.", short(event), short(co.Target)))
 	}
 
 	st, err := inspect(ctx, dir, co.Target)
@@ -71,7 +71,7 @@ func bringToHead(ctx context.Context, dir string, want Want, branch string) (Che
 	if cur := currentBranch(ctx, dir); cur != branch {
 		if moved, why := switchBranch(ctx, dir, branch, co.Target, st); !moved {
 			co.Branch, co.Upstream = cmp.Or(cur, "(detached HEAD)"), ""
-			co.Notes = append(co.Notes, fmt.Sprintf("The worktree is on %s, not on %s: %s", co.Branch, branch, why))
+			co.Notes = append(co.Notes, fmt.Sprintf("The worktree is on `%s`, not on `%s`: %s", co.Branch, branch, why))
 		} else if st, err = inspect(ctx, dir, co.Target); err != nil {
 			return co, err
 		}
@@ -81,14 +81,14 @@ func bringToHead(ctx context.Context, dir string, want Want, branch string) (Che
 		// or the remote rewrote what it had. --keep refuses to overwrite
 		// an uncommitted change.
 		if _, err := git(ctx, dir, "reset", "--quiet", "--keep", co.Target, "--"); err != nil {
-			co.Notes = append(co.Notes, fmt.Sprintf("Uncommitted changes are in the way of %s, so the worktree stayed at %s (%s).", short(co.Target), short(st.head), lastLine(err)))
+			co.Notes = append(co.Notes, fmt.Sprintf("Uncommitted changes are in the way of `%s`, so the worktree stayed at `%s` (%s).", short(co.Target), short(st.head), lastLine(err)))
 		} else if st, err = inspect(ctx, dir, co.Target); err != nil {
 			return co, err
 		}
 	}
 	co.Head, co.Unpushed, co.Uncommitted = st.head, st.unpushed, st.dirty
 	if co.Target != "" && co.Head != co.Target && !isAncestor(ctx, dir, co.Target, co.Head) {
-		co.Notes = append(co.Notes, fmt.Sprintf("The job is for %s at %s, but the worktree is at %s and does not contain it: it holds work that is not on the remote, kept as it was. Compare `git log HEAD..%s` and `git log %s..HEAD` before you go on.",
+		co.Notes = append(co.Notes, fmt.Sprintf("The job is for `%s` at `%s`, but the worktree is at `%s` and does not contain it: it holds work that is not on the remote, kept as it was. Compare `git log HEAD..%s` and `git log %s..HEAD` before you go on.",
 			cmp.Or(co.Upstream, "the head"), short(co.Target), short(co.Head), co.Target, co.Target))
 	}
 	if co.Unpushed > 0 {

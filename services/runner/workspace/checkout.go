@@ -100,6 +100,14 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	branch := want.branch(ctx, gitDir)
+	var notes []string
+	if other := holder(ctx, gitDir, branch, dir); other != "" && branch != Branch(want.Task) {
+		// git checks a branch out in one worktree only: another task's
+		// pull request from the same branch has it.
+		notes = append(notes, fmt.Sprintf("The pull request's head branch `%s` is checked out for another task (%s), so this worktree is on `%s`, following `origin/%s`. To update the pull request, push with `git push origin HEAD:%s`.",
+			branch, filepath.Base(other), Branch(want.Task), branch, branch))
+		branch = Branch(want.Task)
+	}
 	if isWorktree(ctx, dir) {
 		if cur := currentBranch(ctx, dir); want.HeadBranch == "" && cur != "" {
 			branch = cur
@@ -111,7 +119,35 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	if err != nil {
 		return Checkout{}, fmt.Errorf("bringing the worktree of %s to its head: %w", want.Task, err)
 	}
+	co.Notes = append(notes, co.Notes...)
 	return co, nil
+}
+
+// holder is the worktree other than dir that has branch checked out,
+// empty if none has.
+func holder(ctx context.Context, gitDir, branch, dir string) string {
+	out, err := git(ctx, gitDir, "worktree", "list", "--porcelain")
+	if err != nil {
+		return ""
+	}
+	mine, _ := os.Stat(dir)
+	var path string
+	for _, l := range strings.Split(out, "\n") {
+		if p, ok := strings.CutPrefix(l, "worktree "); ok {
+			path = p
+		}
+		if l != "branch refs/heads/"+branch {
+			continue
+		}
+		fi, err := os.Stat(path)
+		if err != nil || (mine != nil && os.SameFile(fi, mine)) {
+			// Its own, or a record of a directory gone, which the
+			// prune before "worktree add" drops.
+			return ""
+		}
+		return path
+	}
+	return ""
 }
 
 // branch is the branch the job wants the worktree on: the head branch of

@@ -265,3 +265,20 @@ func TestAgentBranchesAndMoving(t *testing.T) {
 		t.Fatalf("pr-9 with its head branch: %+v, want feature/x at %s", co, feature)
 	}
 }
+
+// Two pull requests from one branch: git checks a branch out in one
+// worktree only, so the second task's worktree is on agent/<task>,
+// follows the head branch all the same, and its notes say how to push.
+func TestTwoPRsFromOneBranch(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	prepare(t, ws, repo, workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a})
+	co := prepare(t, ws, repo, workspace.Want{Task: "pr-8", HeadBranch: "feature/x", HeadSHA: a})
+	if co.Branch != "agent/pr-8" || co.Head != a || co.Upstream != "" || !strings.Contains(notes(co), "git push origin HEAD:feature/x") {
+		t.Fatalf("second pull request: %+v", co)
+	}
+	b := o.commit("feature.txt", "B\n")
+	if co = prepare(t, ws, repo, workspace.Want{Task: "pr-8", HeadBranch: "feature/x", HeadSHA: b}); co.Head != b || co.Branch != "agent/pr-8" {
+		t.Fatalf("second pull request after a push: %+v, want at %s", co, b)
+	}
+}

@@ -101,12 +101,14 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	defer rs.mu.Unlock()
 	branch := want.branch(ctx, gitDir)
 	var notes []string
-	if other := holder(ctx, gitDir, branch, dir); other != "" && branch != Branch(want.Task) {
+	if own := Branch(want.Task); branch != own {
 		// git checks a branch out in one worktree only: another task's
-		// pull request from the same branch has it.
-		notes = append(notes, fmt.Sprintf("The pull request's head branch `%s` is checked out for another task (%s), so this worktree is on `%s`, following `origin/%s`. To update the pull request, push with `git push origin HEAD:%s`.",
-			branch, filepath.Base(other), Branch(want.Task), branch, branch))
-		branch = Branch(want.Task)
+		// pull request from the same branch may have it.
+		if other := holder(ctx, gitDir, branch, dir); other != "" {
+			notes = append(notes, fmt.Sprintf("The pull request's head branch `%s` is checked out for another task (%s), so this worktree is on `%s`, following `origin/%s`. To update the pull request, push with `git push origin HEAD:%s`.",
+				branch, filepath.Base(other), own, branch, branch))
+			branch = own
+		}
 	}
 	if isWorktree(ctx, dir) {
 		if cur := currentBranch(ctx, dir); want.HeadBranch == "" && cur != "" {

@@ -62,6 +62,11 @@ type Task struct {
 	URL    string `json:"url,omitempty"`
 	Branch string `json:"branch,omitempty"`
 	PR     int    `json:"pr,omitempty"`
+	// PlaneItem is the Plane work item's id (a UUID) for a task that came
+	// from Plane: the notifier writes its tracking comment there. ID may
+	// be the item's readable identifier instead, which Plane's API does
+	// not take.
+	PlaneItem string `json:"plane_item,omitempty"`
 }
 
 // Source says which event made the job.

@@ -45,7 +45,9 @@ func NewPlane(t testing.TB, key string) *Plane {
 	// The same length prefix: "PATCH" is one letter longer, so route by hand.
 	mux.HandleFunc("PATCH /api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/",
 		p.wrap("/api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/", p.edit))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusNotFound, planeMsg("Page not found.")) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, planeMsg("Page not found."))
+	})
 	p.Server = httptest.NewServer(mux)
 	t.Cleanup(p.Close)
 	return p

@@ -42,7 +42,7 @@ func TestFailOnceThenSucceed(t *testing.T) {
 	b.set(job, running(2))
 	b.set(job, done("The widget spins now.\n\nI added a test for it."))
 	c := b.waitComment(7, "✅ orch · review · done", "The widget spins now.", "7 turns", "$0.42", "took 4m12s",
-		"[" + job.ID + "](https://orch.example.com/ui/jobs/" + job.ID + ")")
+		"["+job.ID+"](https://orch.example.com/ui/jobs/"+job.ID+")")
 	if !strings.HasPrefix(c.Body, proto.CommentMarker(job.ID)) {
 		t.Errorf("comment does not open with the marker:\n%s", c.Body)
 	}

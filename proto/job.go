@@ -67,6 +67,11 @@ type Task struct {
 	// runner brings the worktree to it, or to a newer head on the remote,
 	// before the job runs.
 	HeadSHA string `json:"head_sha,omitempty"`
+	// PlaneItem is the Plane work item's id (a UUID) for a task that came
+	// from Plane: the notifier writes its tracking comment there. ID may
+	// be the item's readable identifier instead, which Plane's API does
+	// not take.
+	PlaneItem string `json:"plane_item,omitempty"`
 }
 
 // Source says which event made the job.

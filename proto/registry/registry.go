@@ -56,6 +56,38 @@ type Project struct {
 	// Templates overrides the task template of a kind: a file path,
 	// relative to the registry file.
 	Templates map[string]string `yaml:"templates"`
+	// PlaneWorkspace is the slug of the Plane workspace of PlaneProject,
+	// which Plane's API paths need: the notifier comments on work items
+	// only where it is set.
+	PlaneWorkspace string `yaml:"plane_workspace"`
+	// Writeback says what the notifier writes back to the tracker a job
+	// came from: WritebackComment, WritebackStatus, WritebackBoth or
+	// WritebackOff. Empty means WritebackBoth wherever the tracker's URL
+	// and token are configured.
+	Writeback string `yaml:"writeback"`
+}
+
+// The values of Project.Writeback.
+const (
+	// WritebackComment keeps one tracking comment per job on the pull
+	// request or work item.
+	WritebackComment = "comment"
+	// WritebackStatus sets a Gitea commit status on a pull request's head.
+	WritebackStatus = "status"
+	// WritebackBoth does both.
+	WritebackBoth = "both"
+	// WritebackOff writes nothing back.
+	WritebackOff = "off"
+)
+
+// WritesComment reports whether the project wants tracking comments.
+func (p *Project) WritesComment() bool {
+	return p.Writeback == "" || p.Writeback == WritebackComment || p.Writeback == WritebackBoth
+}
+
+// WritesStatus reports whether the project wants Gitea commit statuses.
+func (p *Project) WritesStatus() bool {
+	return p.Writeback == "" || p.Writeback == WritebackStatus || p.Writeback == WritebackBoth
 }
 
 // Trusts reports whether actor (a login, email or member id) is trusted.
@@ -146,6 +178,11 @@ func (r *Registry) add(p *Project) error {
 		if !validKind(kind) || !validKind(next) {
 			return fmt.Errorf("project %q: pipeline %s: %s names an unknown kind", p.Key, kind, next)
 		}
+	}
+	switch p.Writeback {
+	case "", WritebackComment, WritebackStatus, WritebackBoth, WritebackOff:
+	default:
+		return fmt.Errorf("project %q: writeback %q: want comment, status, both or off", p.Key, p.Writeback)
 	}
 	if p.DefaultBranch == "" {
 		p.DefaultBranch = BranchDefault

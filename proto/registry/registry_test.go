@@ -38,6 +38,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		{"no source", "projects:\n  - key: a\n", "line 2"},
 		{"unknown pipeline kind", "projects:\n  - key: a\n    gitea_repo: x/y\n    pipeline: {implement: deploy}\n", "line 2"},
 		{"not yaml", "projects: [\n", "line"},
+		{"unknown writeback", "projects:\n  - key: a\n    gitea_repo: x/y\n    writeback: comments\n", "line 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,5 +54,28 @@ func TestEmptyFileIsAnEmptyRegistry(t *testing.T) {
 	r, err := Parse(nil)
 	if err != nil || len(r.Projects()) != 0 {
 		t.Fatalf("Parse(nil) = %v, %v", r, err)
+	}
+}
+
+// The writeback key picks what is written back; empty means both.
+func TestWriteback(t *testing.T) {
+	for _, tt := range []struct {
+		value           string
+		comment, status bool
+	}{
+		{"", true, true},
+		{WritebackBoth, true, true},
+		{WritebackComment, true, false},
+		{WritebackStatus, false, true},
+		{WritebackOff, false, false},
+	} {
+		r, err := Parse([]byte("projects:\n  - key: a\n    plane_project: p1\n    plane_workspace: acme\n    writeback: \"" + tt.value + "\"\n"))
+		if err != nil {
+			t.Fatalf("writeback %q: %v", tt.value, err)
+		}
+		p, _ := r.ByKey("a")
+		if p.WritesComment() != tt.comment || p.WritesStatus() != tt.status || p.PlaneWorkspace != "acme" {
+			t.Errorf("writeback %q: comment %v, status %v, workspace %q; want %v, %v, acme", tt.value, p.WritesComment(), p.WritesStatus(), p.PlaneWorkspace, tt.comment, tt.status)
+		}
 	}
 }

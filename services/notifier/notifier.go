@@ -98,11 +98,13 @@ type Config struct {
 	// MetricsAddr is where /metrics is served, e.g. ":9102". Default
 	// empty: no listener.
 	MetricsAddr string `env:"METRICS_ADDR"`
+	Writeback
 }
 
 // SetDefaults fills the zero fields with their defaults.
 func (c *Config) SetDefaults() {
 	c.Common.SetDefaults()
+	c.Writeback.setDefaults()
 	c.TelegramAPIURL = cmp.Or(c.TelegramAPIURL, telegram.APIURLDefault)
 	c.TelegramRate = cmp.Or(c.TelegramRate, TelegramRateDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
@@ -120,7 +122,7 @@ func (c *Config) Validate() error {
 	case c.RetryDelay < 0 || c.RetryMaxDelay < 0 || c.RejectedDelay < 0:
 		return errors.New("ORCH_NOTIFY_*_DELAY must not be negative")
 	}
-	return nil
+	return c.Writeback.validate()
 }
 
 // Notifier handles advisories.
@@ -188,7 +190,12 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	if h.started != nil {
 		h.started(n)
 	}
+	var wg sync.WaitGroup
+	if err := n.startWriteback(ctx, &wg, js, kv, log); err != nil {
+		return err
+	}
 	n.loop(ctx, cons)
+	wg.Wait()
 	log.Info("notifier stopped")
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -593,8 +594,12 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 				if res.Err != nil {
 					st.Error = res.Err.Error()
 				}
+				st.Result = ""
 				if c := out.claude; c != nil {
 					st.CostUSD, st.Turns, st.SessionID = c.TotalCostUSD, c.NumTurns, c.SessionID
+					if state == proto.StateDone {
+						st.Result = cutText(c.Result, proto.MaxResultText)
+					}
 				}
 			})
 			return err
@@ -654,6 +659,17 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		_ = msg.Nak()
 		log.Error("agent failed on its last attempt", zap.Error(res.Err), zap.Int("exit_code", res.ExitCode))
 	}
+}
+
+// cutText keeps at most n bytes of s, never splitting a character.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func costOf(c *agent.ClaudeResult) float64 {

@@ -312,9 +312,15 @@ func TestClaudeResultRecorded(t *testing.T) {
 	if st.CostUSD != 0.18374925 || st.Turns != 7 || st.SessionID != "5f0f4c2e-8d1b-4f7e-9a57-2c1e0b6d9a31" {
 		t.Errorf("status %+v lacks Claude's figures", st)
 	}
+	if !strings.HasPrefix(st.Result, "The change is small and covered by a new test.") {
+		t.Errorf("status result %q, want the agent's final message", st.Result)
+	}
 	st = e.waitState(failing.ID, proto.StateFailed, 30*time.Second)
 	if st.Turns != 31 || !strings.Contains(st.Error, "error_max_turns") || st.ExitCode == nil || *st.ExitCode != 0 {
 		t.Errorf("status %+v, want a failure from is_error", st)
+	}
+	if st.Result != "" {
+		t.Errorf("failed status carries a result %q; its text belongs in the error", st.Result)
 	}
 }
 

@@ -100,6 +100,11 @@ func (g giteaCtx) comment(ev *webhook.GiteaCommentEvent) Decision {
 	if g.p.AgentUser != "" && (actor == g.p.AgentUser || ev.Sender.Login == g.p.AgentUser) {
 		return Ignore("comment by the agent's own account %q", actor)
 	}
+	if proto.HasCommentMarker(c.Body) {
+		// orch's own tracking comment, even when posted with a token of
+		// another account than agent_user: it may quote the mention.
+		return Ignore("comment is orch's own tracking comment")
+	}
 	if !Mentions(c.Body, g.p.Mention) {
 		return Ignore("comment does not mention %s", g.p.Mention)
 	}

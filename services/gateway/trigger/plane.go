@@ -82,7 +82,7 @@ func planeTask(is *webhook.PlaneIssue) proto.Task {
 	if body == "" {
 		body = stripHTML(is.DescriptionHTML)
 	}
-	return proto.Task{ID: id, Title: is.Name, Body: body}
+	return proto.Task{ID: id, Title: is.Name, Body: body, PlaneItem: is.ID}
 }
 
 func (pc planeCtx) issue() Decision {
@@ -157,6 +157,9 @@ func (pc planeCtx) comment() Decision {
 	if pc.p.PlaneAgentMember != "" && (actor.ID == pc.p.PlaneAgentMember || c.Actor == pc.p.PlaneAgentMember) {
 		return Ignore("comment by the agent's own member")
 	}
+	if c.ExternalSource == proto.PlaneExternalSource {
+		return Ignore("comment is orch's own tracking comment")
+	}
 	text := c.CommentStripped
 	if text == "" {
 		text = stripHTML(c.CommentHTML)
@@ -167,7 +170,7 @@ func (pc planeCtx) comment() Decision {
 	if !pc.trusted(actor) {
 		return Ignore("actor %q is not trusted", actorName(actor))
 	}
-	task := proto.Task{ID: c.Issue}
+	task := proto.Task{ID: c.Issue, PlaneItem: c.Issue}
 	job := newJob(pc.p, proto.KindRespond, fmt.Sprintf("plane|comment|%s", c.ID), task, pc.source(actorName(actor)), pc.now)
 	job.Trigger = truncate(text, MaxTriggerText)
 	return Decision{Jobs: []proto.Job{job}}

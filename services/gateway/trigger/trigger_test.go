@@ -138,6 +138,10 @@ func check(t *testing.T, d Decision, w want) {
 	if err := j.Validate(); err != nil {
 		t.Errorf("job invalid: %v", err)
 	}
+	// A Plane task names its work item, where the notifier comments.
+	if strings.HasPrefix(j.Source.System, "plane") && j.Task.PlaneItem != "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1" {
+		t.Errorf("job's plane_item = %q, want the work item's id", j.Task.PlaneItem)
+	}
 }
 
 func TestGitea(t *testing.T) {
@@ -189,6 +193,9 @@ func TestGitea(t *testing.T) {
 			obj(m, "comment", "user")["login"] = "agent-bot"
 			obj(m, "sender")["login"] = "agent-bot"
 		}, want: want{ignored: "agent's own"}},
+		{name: "orch's tracking comment by a trusted account, quoting the mention", fixture: "issue_comment__created", edit: func(m map[string]any) {
+			obj(m, "comment")["body"] = proto.CommentMarker("0123abcd") + "\n### orch · respond · done\n\n> @agent-bot please take this one."
+		}, want: want{ignored: "tracking comment"}},
 		{name: "comment without mention", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "comment")["body"] = "mail me at x@agent-bot.example or ask @agent-bots"
 		}, want: want{ignored: "does not mention"}},
@@ -331,6 +338,10 @@ func TestPlane(t *testing.T) {
 			obj(m, "activity")["actor"] = map[string]any{"id": planeAgent}
 			obj(m, "data")["actor"] = planeAgent
 		}, want: want{ignored: "agent's own"}},
+		{name: "orch's tracking comment, quoting the mention", fixture: "issue_comment__created", edit: func(m map[string]any) {
+			obj(m, "data")["external_source"] = proto.PlaneExternalSource
+			obj(m, "data")["external_id"] = "0123abcd"
+		}, want: want{ignored: "tracking comment"}},
 		{name: "comment without mention", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "data")["comment_html"] = "<p>no one here</p>"
 		}, want: want{ignored: "does not mention"}},

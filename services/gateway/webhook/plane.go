@@ -120,6 +120,8 @@ type PlaneComment struct {
 	Actor           string `json:"actor"`
 	CreatedBy       string `json:"created_by"`
 	UpdatedAt       string `json:"updated_at"`
+	// ExternalSource is "orch" on orch's own tracking comments.
+	ExternalSource string `json:"external_source"`
 }
 
 // PlaneEvent is one parsed Plane delivery: Issue or Comment is set for the

@@ -22,7 +22,8 @@ const (
 	DLQMaxAgeDefault = 30 * 24 * time.Hour
 	// TaskLocksMaxAge bounds how long a task lock left by a crashed runner
 	// stays in BucketTaskLocks. Runners take over a lock that has not been
-	// refreshed for a while long before that; this only collects garbage.
+	// refreshed for AckWait plus the kill grace long before that; this only
+	// collects garbage.
 	TaskLocksMaxAge = 24 * time.Hour
 )
 
@@ -31,6 +32,11 @@ const (
 // working in that task's worktree. The value names the holder; runners
 // refresh it with every heartbeat and delete it when the job ends.
 const BucketTaskLocks = "task_locks"
+
+// StreamTaskLocks is the stream behind BucketTaskLocks. Runners ask it for
+// the server's time: a lock is stale by the age of its revision on the
+// server's clock, the clock that stamped the revision.
+const StreamTaskLocks = "KV_" + BucketTaskLocks
 
 // Topology is the shape of orch's streams and bucket. Every service calls
 // Ensure with the same values at start; CreateOrUpdate makes that safe.

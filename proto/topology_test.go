@@ -22,7 +22,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{proto.StreamJobs, proto.StreamAdvisories, proto.StreamDLQ, "KV_" + proto.BucketJobs} {
+	for _, name := range []string{proto.StreamJobs, proto.StreamAdvisories, proto.StreamDLQ, "KV_" + proto.BucketJobs, proto.StreamTaskLocks} {
 		if _, err := js.Stream(ctx, name); err != nil {
 			t.Errorf("stream %s: %v", name, err)
 		}

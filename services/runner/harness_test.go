@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -143,6 +144,53 @@ func (e *env) startLogged(cfg runner.Config, extra zapcore.Core) (stop func()) {
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	e.t.Cleanup(stop)
 	return stop
+}
+
+// process is a runner running as a child process of the test, so that a
+// test can SIGKILL it.
+type process struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	log string
+}
+
+// startProcess starts the test binary as a runner process (see TestMain)
+// named name, running agentCommand, with the test's settings and then
+// vars (ORCH_NAME=value) on top. Its log is shown if the test fails.
+func (e *env) startProcess(name, agentCommand string, vars ...string) *process {
+	e.t.Helper()
+	p := &process{t: e.t, cmd: exec.Command(os.Args[0]), log: filepath.Join(e.dir, "runner-"+name+".log")}
+	p.cmd.Env = append(append(os.Environ(), runnerProcessEnv+"=1",
+		"ORCH_NATS_URL="+e.srv.URL(), "ORCH_DATA_DIR="+e.dir, "ORCH_PROJECTS_FILE="+e.projects,
+		"ORCH_AGENT_COMMAND="+agentCommand, "ORCH_WORKSPACE_DIR="+filepath.Join(e.dir, "ws-"+name),
+		"ORCH_RUNNER_NAME="+name, "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console"), vars...)
+	logf, err := os.Create(p.log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer logf.Close() // the child has its own copy
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.kill()
+		}
+		if e.t.Failed() {
+			data, _ := os.ReadFile(p.log)
+			e.t.Logf("runner process %s log:\n%s", name, data)
+		}
+	})
+	return p
+}
+
+// kill SIGKILLs the runner process and reaps it.
+func (p *process) kill() {
+	if err := p.cmd.Process.Signal(os.Kill); err != nil {
+		p.t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
 }
 
 // job makes a job of task and kind.

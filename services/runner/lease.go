@@ -23,6 +23,13 @@ import (
 // agent with errLeaseLost, within the remaining third of AckWait (the kill
 // grace should be shorter than that). So neither MaxAckPending nor "one
 // agent per task" breaks across a NATS outage or a partition.
+//
+// The lease runs from the moment the last confirmed beat was sent, not
+// from when its answer came: JetStream received the InProgress and stamped
+// the lock's refresh after that moment, so the lease ends no later than
+// leaseTimeout after the revision a waiting runner judges the lock by (see
+// lock.go). It ends on a timer of its own, not at the next tick, and a
+// beat never waits for its answer past the lease's end.
 
 // errLeaseLost is the cause of a job stopped because its heartbeat could
 // not be confirmed for too long.
@@ -37,29 +44,42 @@ func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.M
 	interval := r.cfg.AckWait / 3
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	lastOK := time.Now()
+	// The job was delivered before the heartbeat started, and the lock is
+	// taken after: the first lease runs from now.
+	lastSent := time.Now()
+	expiry := time.NewTimer(r.leaseTimeout())
+	defer expiry.Stop()
+	leaseLost := func(err error) {
+		log.Error("lease lost: stopping the job", zap.Error(err), zap.Duration("since_last_beat", time.Since(lastSent)))
+		lost(errLeaseLost)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-expiry.C:
+			leaseLost(errors.New("no confirmed heartbeat"))
+			return
 		case <-t.C:
 		}
-		err := r.beat(ctx, msg, lock.Load(), interval/2)
+		sent := time.Now()
+		deadline := lastSent.Add(r.leaseTimeout())
+		err := r.beat(ctx, msg, lock.Load(), min(interval/2, time.Until(deadline)))
 		switch {
 		case err == nil:
-			lastOK = time.Now()
+			lastSent = sent
+			expiry.Reset(time.Until(sent.Add(r.leaseTimeout())))
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errLockLost):
 			log.Error("task lock taken over by another runner: stopping the job", zap.Error(err))
 			lost(errLockLost)
 			return
-		case time.Since(lastOK) > r.leaseTimeout():
-			log.Error("lease lost: stopping the job", zap.Error(err), zap.Duration("since_last_beat", time.Since(lastOK)))
-			lost(errLeaseLost)
+		case !time.Now().Before(deadline):
+			leaseLost(err)
 			return
 		default:
-			log.Warn("heartbeat not confirmed", zap.Error(err), zap.Duration("since_last_beat", time.Since(lastOK)))
+			log.Warn("heartbeat not confirmed", zap.Error(err), zap.Duration("since_last_beat", time.Since(lastSent)))
 		}
 	}
 }

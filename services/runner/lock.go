@@ -21,19 +21,45 @@ import (
 // key exists), refreshed with a compare-and-set Update on every heartbeat,
 // and deleted (again compare-and-set) when the job ends.
 //
-// A runner that dies holding a lock cannot delete it. Rather than trust
-// clocks of different hosts, a waiting runner measures on its own
-// monotonic clock how long the lock's revision has stayed the same. A
-// holder refreshes it on every confirmed heartbeat (every AckWait/3), and
-// one that has had no confirmed beat for 2/3 of AckWait stops its agent
-// within the kill grace (see heartbeat). So a revision unchanged for
-// staleAfter (AckWait plus the kill grace: a third of AckWait to spare)
-// belongs to a holder whose agent is gone, and is taken over with a
-// compare-and-set on that revision.
+// A runner that dies holding a lock cannot delete it, so a waiting runner
+// takes over a lock that is stale: one whose current revision JetStream
+// stored more than staleAfter (AckWait plus the kill grace) ago. Both ends
+// of that age are read from the server's clock: the revision's timestamp
+// (KeyValueEntry.Created) and the server's time in a stream info answer
+// (StreamInfo.TimeStamp). No host's clock is compared with another's, and
+// the age does not depend on when the waiter first looked, so a job
+// redelivered after its runner crashed takes the lock as soon as the dead
+// holder's last refresh is staleAfter old: about AckWait plus the kill
+// grace after the crash, not AckWait later still.
 //
-// An earlier delivery of the same job is not taken over at once, although
-// JetStream has redelivered it: after a server restart JetStream may
-// redeliver a job whose runner is alive and still running it.
+// Why a stale lock's agent is certainly gone. A holder's lease (see
+// heartbeat) runs from the moment it sent its last confirmed beat, and
+// each confirmed beat of a holder includes a refresh of the lock, which
+// JetStream stamps after it was sent. A holder that has had no confirmed
+// beat for leaseTimeout (2/3 of AckWait) stops its agent, which is gone
+// within the kill grace. So when a revision is leaseTimeout plus the kill
+// grace old by the server's clock, its holder has stopped its agent;
+// staleAfter keeps a third of AckWait more, for scheduling delays and for
+// the clocks of a cluster's servers, which must agree to well within it
+// (NTP does) and must not be stepped.
+//
+// A JetStream restart. The timestamps are stored with the messages, so
+// after a restart a revision's age is still the real time since its
+// holder's refresh, outage included. A lock can look older than staleAfter
+// right after a restart only if its holder has not refreshed it for that
+// long, and that holder's lease ran out during the outage: it has stopped
+// its agent. A holder that is alive after the restart reconnects and
+// refreshes on its next beat, within AckWait/3, long before its revision
+// could look stale. JetStream may redeliver, after a restart, a job whose
+// runner is alive and still running it; that delivery waits like any
+// other: a lock held by an earlier delivery of the same job is never
+// taken over just for being earlier, since its agent may still run. A
+// takeover is a compare-and-set on the stale revision, so a waiter that
+// read an old revision (a replica lagging behind) takes nothing: the
+// holder's newer refresh makes it fail. All this rests on JetStream
+// keeping what it acknowledged: a single server that loses its last
+// writes in an OS crash (sync_interval other than always) and is back
+// within the lease could show a holder's older revision as stale.
 //
 // The waiting job keeps its message with InProgress (the heartbeat runs
 // while it waits), so waiting burns no attempt.
@@ -70,13 +96,10 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 		return nil, fmt.Errorf("encoding task lock: %w", err)
 	}
 	l := &taskLock{kv: r.locks, key: lockKey(job), value: value}
-	var (
-		seenRev    uint64
-		seenAt     time.Time
-		waitLogged bool
-	)
+	waitLogged := false
 	poll := min(r.cfg.AckWait/4, time.Second)
 	for {
+		wait := poll
 		rev, err := r.locks.Create(ctx, l.key, value)
 		if err == nil {
 			l.rev = rev
@@ -89,16 +112,25 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 				continue // released meanwhile
 			case gerr != nil:
 				log.Debug("reading task lock", zap.Error(gerr))
-			case e.Revision() != seenRev:
-				seenRev, seenAt = e.Revision(), time.Now()
+			default:
+				age, aerr := r.lockAge(ctx, e)
 				if !waitLogged {
-					log.Info("task busy: waiting for its lock", zap.String("lock", l.key), zap.ByteString("holder", e.Value()))
+					log.Info("task busy: waiting for its lock", zap.String("lock", l.key), zap.ByteString("holder", e.Value()), zap.Duration("age", age))
 					waitLogged = true
 				}
-			case time.Since(seenAt) > r.staleAfter():
-				rev, uerr := r.locks.Update(ctx, l.key, value, seenRev)
+				if aerr != nil {
+					log.Debug("reading the server's time", zap.Error(aerr))
+					break
+				}
+				if age <= r.staleAfter() {
+					// Look again as the lock turns stale, if it is not
+					// refreshed before.
+					wait = min(poll, r.staleAfter()-age+time.Millisecond)
+					break
+				}
+				rev, uerr := r.locks.Update(ctx, l.key, value, e.Revision())
 				if uerr == nil {
-					log.Warn("took over a stale task lock", zap.String("lock", l.key), zap.ByteString("holder", e.Value()))
+					log.Warn("took over a stale task lock", zap.String("lock", l.key), zap.ByteString("holder", e.Value()), zap.Duration("age", age))
 					l.rev = rev
 					return l, nil
 				}
@@ -109,13 +141,27 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
-		case <-time.After(poll):
+		case <-time.After(wait):
 		}
 	}
 }
 
-// staleAfter is how long a lock's revision must stay unchanged before a
-// waiting runner takes it over.
+// lockAge is how long ago JetStream stored e, by the server's clock: the
+// entry's timestamp against the server's time in a stream info answer.
+func (r *Runner) lockAge(ctx context.Context, e jetstream.KeyValueEntry) (time.Duration, error) {
+	s, err := r.js.Stream(ctx, proto.StreamTaskLocks)
+	if err != nil {
+		return 0, err
+	}
+	now := s.CachedInfo().TimeStamp
+	if now.IsZero() {
+		return 0, errors.New("stream info without the server's time")
+	}
+	return now.Sub(e.Created()), nil
+}
+
+// staleAfter is how old, by the server's clock, the revision of a lock
+// must be before a waiting runner takes it over.
 func (r *Runner) staleAfter() time.Duration {
 	return r.cfg.AckWait + r.cfg.KillGrace
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -96,58 +95,6 @@ func TestConcurrencyAcrossRunners(t *testing.T) {
 	}
 }
 
-// Two jobs of one task run in the same worktree on agent/<task>, one after
-// the other, never at once; the second sees the first one's commit.
-func TestSameTaskNeverAtOnce(t *testing.T) {
-	e := newEnv(t, "")
-	cfg := e.config("r1", e.script(`f=$RUNS/$ORCH_JOB_ID
-echo "start $(date +%s%N)" > $f
-echo "dir $(pwd)" >> $f
-echo "branch $(git rev-parse --abbrev-ref HEAD)" >> $f
-echo "commits $(git rev-list --count HEAD)" >> $f
-sleep 0.5
-git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m "$ORCH_KIND"
-echo "end $(date +%s%N)" >> $f
-`))
-	cfg.MaxConcurrency = 2
-	e.start(cfg)
-	a, b := job("same-a", "shared", proto.KindImplement), job("same-b", "shared", proto.KindRespond)
-	e.enqueue(a)
-	e.enqueue(b)
-	e.waitState(a.ID, proto.StateDone, 60*time.Second)
-	e.waitState(b.ID, proto.StateDone, 60*time.Second)
-
-	read := func(id string) map[string]string {
-		data, err := os.ReadFile(filepath.Join(e.runs, id))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]string{}
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			k, v, _ := strings.Cut(line, " ")
-			m[k] = v
-		}
-		return m
-	}
-	ra, rb := read(a.ID), read(b.ID)
-	wantDir := filepath.Join(cfg.WorkspaceDir, "worktrees", "widgets", "shared")
-	for _, r := range []map[string]string{ra, rb} {
-		if r["dir"] != wantDir || r["branch"] != "agent/shared" {
-			t.Errorf("run in %s on %s, want %s on agent/shared", r["dir"], r["branch"], wantDir)
-		}
-	}
-	first, second := ra, rb
-	if ra["start"] > rb["start"] {
-		first, second = rb, ra
-	}
-	if second["start"] < first["end"] {
-		t.Errorf("the runs overlap: %v and %v", first, second)
-	}
-	if first["commits"] != "1" || second["commits"] != "2" {
-		t.Errorf("commits seen: %s then %s, want 1 then 2 (the worktree is reused)", first["commits"], second["commits"])
-	}
-}
-
 // Cancel of a running job stops its agent and grandchild, records
 // cancelled, and terminates the message with reason "cancelled".
 func TestCancelRunning(t *testing.T) {
@@ -169,32 +116,39 @@ wait
 	if st.Error != proto.ReasonCancelled {
 		t.Errorf("status %+v", st)
 	}
-	if reason := termReason(t, e); reason != proto.ReasonCancelled {
+	if reason := termReasons(t, e, 1)[0]; reason != proto.ReasonCancelled {
 		t.Errorf("term reason %q, want %q", reason, proto.ReasonCancelled)
 	}
 }
 
-// termReason waits for the MSG_TERMINATED advisory and returns its reason.
-func termReason(t *testing.T, e *env) string {
+// termReasons waits until JOBS_ADVISORIES holds exactly n MSG_TERMINATED
+// advisories and returns their reasons, oldest first.
+func termReasons(t *testing.T, e *env, n int) []string {
 	t.Helper()
-	var reason string
+	var reasons []string
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		s, err := e.js.Stream(context.Background(), proto.StreamAdvisories)
+		ctx := context.Background()
+		s, err := e.js.Stream(ctx, proto.StreamAdvisories)
 		if err != nil {
 			return err
 		}
-		raw, err := s.GetLastMsgForSubject(context.Background(), proto.SubjectAdvisoryTerminated)
-		if err != nil {
-			return err
+		reasons = nil
+		state := s.CachedInfo().State
+		for seq := state.FirstSeq; state.Msgs > 0 && seq <= state.LastSeq; seq++ {
+			raw, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				return err
+			}
+			if a, err := proto.DecodeAdvisory(raw.Data); err == nil && a.Type == proto.AdvisoryTerminated {
+				reasons = append(reasons, a.Reason)
+			}
 		}
-		a, err := proto.DecodeAdvisory(raw.Data)
-		if err != nil {
-			return err
+		if len(reasons) != n {
+			return fmt.Errorf("%d terminated advisories %q, want %d", len(reasons), reasons, n)
 		}
-		reason = a.Reason
 		return nil
 	})
-	return reason
+	return reasons
 }
 
 // A job cancelled while queued is skipped when pulled: no agent runs.
@@ -207,7 +161,7 @@ func TestCancelQueued(t *testing.T) {
 	}
 	e.start(e.config("r1", e.script(`touch $RUNS/$ORCH_JOB_ID`)))
 	e.waitStreamEmpty(10 * time.Second)
-	if reason := termReason(t, e); reason != proto.ReasonCancelled {
+	if reason := termReasons(t, e, 1)[0]; reason != proto.ReasonCancelled {
 		t.Errorf("term reason %q, want %q", reason, proto.ReasonCancelled)
 	}
 	if _, err := os.Stat(filepath.Join(e.runs, j.ID)); !errors.Is(err, os.ErrNotExist) {
@@ -287,8 +241,13 @@ func TestTerminateBadJobs(t *testing.T) {
 	if !strings.Contains(st.Error, `unknown project "nobody"`) {
 		t.Errorf("unknown project: %+v", st)
 	}
-	if id, cause := proto.ParseTermReason(termReason(t, e)); id != j.ID || !strings.Contains(cause, "unknown project") {
-		t.Errorf("term reason names %q, %q", id, cause)
+	// Two terminations, in order: the undecodable job's, then this one's.
+	reasons := termReasons(t, e, 2)
+	if id, _ := proto.ParseTermReason(reasons[0]); id != "seq-"+strconv.FormatUint(ack.Sequence, 10) {
+		t.Errorf("first term reason %q names %q, want the undecodable message", reasons[0], id)
+	}
+	if id, cause := proto.ParseTermReason(reasons[1]); id != j.ID || !strings.Contains(cause, "unknown project") {
+		t.Errorf("second term reason names %q, %q", id, cause)
 	}
 	e.waitStreamEmpty(10 * time.Second)
 	if _, err := os.Stat(filepath.Join(e.runs, "ran")); err == nil {
@@ -387,110 +346,6 @@ func waitQuick(pid int) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
-}
-
-// A runner process killed with SIGKILL while its agent runs leaves no
-// agent, no grandchild (not even one that left the process group), and the
-// job completes on a new runner.
-func TestRunnerSIGKILL(t *testing.T) {
-	e := newEnv(t, "")
-	agentCmd := e.script(`echo $$ > $RUNS/agent.$ORCH_ATTEMPT.pid
-if test "$ORCH_ATTEMPT" = 1; then
-  sleep 300 & echo $! > $RUNS/child.pid
-  setsid sleep 300 & echo $! > $RUNS/escaped.pid
-  wait
-fi
-exit 0
-`)
-	cfg := e.config("proc", agentCmd)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), runnerProcessEnv+"=1",
-		"ORCH_NATS_URL="+e.srv.URL(), "ORCH_DATA_DIR="+e.dir, "ORCH_PROJECTS_FILE="+e.projects,
-		"ORCH_AGENT_COMMAND="+agentCmd, "ORCH_ACK_WAIT=1s", "ORCH_AGENT_KILL_GRACE=200ms",
-		"ORCH_WORKSPACE_DIR="+cfg.WorkspaceDir, "ORCH_RUNNER_NAME=proc", "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console")
-	logf, err := os.Create(filepath.Join(e.dir, "runner-process.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	j := job("sigkill", "task-k", proto.KindImplement)
-	e.enqueue(j)
-	pids := []int{e.pid("agent.1.pid"), e.pid("child.pid"), e.pid("escaped.pid")}
-	for _, pid := range pids {
-		if !agent.Alive(pid) {
-			t.Fatalf("process %d not running before the kill", pid)
-		}
-	}
-	if err := cmd.Process.Signal(os.Kill); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	waitGone(t, pids...)
-
-	e.start(e.config("after", agentCmd))
-	st := e.waitState(j.ID, proto.StateDone, 60*time.Second)
-	if st.Runner != "after" || st.Attempt < 2 {
-		t.Errorf("status %+v, want done by the new runner", st)
-	}
-	if t.Failed() {
-		data, _ := os.ReadFile(logf.Name())
-		t.Logf("runner process log:\n%s", data)
-	}
-}
-
-// JetStream restarted while agents run, once briefly and once kept down
-// past AckWait: never more agents than the limit at once, and every job
-// finishes exactly once.
-func TestJetStreamRestart(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		down time.Duration
-	}{{"quick restart", 0}, {"down past AckWait", 4 * time.Second}} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, "")
-			tr := e.track()
-			cfg := e.config("r1", e.script("SLEEP=3\n"+trackedAgent))
-			cfg.MaxConcurrency = 3
-			cfg.AckWait = 1500 * time.Millisecond
-			e.start(cfg)
-			var ids []string
-			for i := range 5 {
-				j := job(fmt.Sprint(tc.name, i), fmt.Sprint("task-", i), proto.KindImplement)
-				ids = append(ids, j.ID)
-				e.enqueue(j)
-			}
-			natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
-				files, _ := filepath.Glob(filepath.Join(e.runs, "run.*"))
-				if len(files) < 3 {
-					return fmt.Errorf("%d agents started", len(files))
-				}
-				return nil
-			})
-			e.srv.Shutdown()
-			time.Sleep(tc.down) // the outage itself, not a wait for a result
-			if err := e.srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range ids {
-				e.waitState(id, proto.StateDone, 90*time.Second)
-			}
-			e.waitStreamEmpty(30 * time.Second)
-			overlap, finished := tr.result()
-			if overlap > 3 {
-				t.Errorf("max overlap %d, want at most 3", overlap)
-			}
-			for _, id := range ids {
-				if finished[id] != 1 {
-					t.Errorf("job %s finished %d times, want 1", id, finished[id])
-				}
-			}
-			t.Logf("max overlap %d", overlap)
-		})
-	}
 }
 
 // A runner that lost its job (a later delivery owns the record) cannot

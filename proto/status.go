@@ -49,6 +49,9 @@ type Status struct {
 	Turns   int     `json:"turns,omitempty"`
 	// SessionID is the agent's own session id, where it reported one.
 	SessionID string `json:"session_id,omitempty"`
+	// Result is the agent's final message, where it reported one (Claude
+	// Code's "result"), cut to 4 KiB; the whole text is in the log.
+	Result string `json:"result,omitempty"`
 	// Alerted is set by the notifier once a person was told of the failure.
 	Alerted bool `json:"alerted,omitempty"`
 	// DLQSeq is the job's sequence in StreamDLQ once it is dead-lettered.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -254,4 +255,20 @@ func WithPermissions(argv []string, mode string, allowed, disallowed []string) [
 		out = append(append(out, "--allowedTools"), allowed...)
 	}
 	return out
+}
+
+// ClaudeAPITimeoutDefault is Claude Code's own bound on one API call.
+const ClaudeAPITimeoutDefault = 10 * time.Minute
+
+// ClaudeRetrySpan is the longest Claude Code can spend on one API call
+// that keeps failing: every try running into the API timeout, plus the
+// backoff between tries (0.5s doubling, at most 32s each). A watchdog
+// shorter than this can stop the agent in the middle of its own retries,
+// and the job's error is then a timeout instead of the API's error text.
+func ClaudeRetrySpan(retries int, apiTimeout time.Duration) time.Duration {
+	span := time.Duration(retries+1) * apiTimeout
+	for i := range retries {
+		span += min(500*time.Millisecond<<min(i, 6), 32*time.Second)
+	}
+	return span
 }

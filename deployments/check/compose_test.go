@@ -251,3 +251,17 @@ func TestComposeNeedsComposeV2(t *testing.T) {
 		}
 	}
 }
+
+// No orch service is made to run as root: the images run as their own
+// user, and Claude Code refuses to bypass permissions as root.
+func TestComposeServicesNotRoot(t *testing.T) {
+	p := loadComposeExample(t)
+	for name, svc := range p.Services {
+		if composeKind(name) == "" {
+			continue
+		}
+		if u := strings.SplitN(svc.User, ":", 2)[0]; u == "root" || u == "0" {
+			t.Errorf("compose service %s runs as user %q", name, svc.User)
+		}
+	}
+}

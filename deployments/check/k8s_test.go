@@ -47,12 +47,12 @@ type kustomization struct {
 type k8sObjects struct {
 	deployments  []*appsv1.Deployment
 	statefulSets []*appsv1.StatefulSet
-	services    []*corev1.Service
-	configMaps  []*corev1.ConfigMap
-	secrets     []*corev1.Secret
-	pdbs        []*policyv1.PodDisruptionBudget
-	ingresses   []*networkingv1.Ingress
-	namespaces  []*corev1.Namespace
+	services     []*corev1.Service
+	configMaps   []*corev1.ConfigMap
+	secrets      []*corev1.Secret
+	pdbs         []*policyv1.PodDisruptionBudget
+	ingresses    []*networkingv1.Ingress
+	namespaces   []*corev1.Namespace
 	// files is every manifest file read, for the kustomization check.
 	files []string
 }

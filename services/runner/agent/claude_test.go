@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/orch-dev/orch/services/runner/agent"
@@ -140,5 +141,21 @@ func TestWithPermissions(t *testing.T) {
 	}
 	if !agent.IsClaude([]string{"/usr/local/bin/claude", "-p"}) || agent.IsClaude([]string{"sh", "claude"}) || agent.IsClaude(nil) {
 		t.Error("IsClaude does not go by the program's name")
+	}
+}
+
+// With the retries the runner gives Claude Code and Claude Code's own API
+// timeout, one failing call ends well inside the default 60 minute
+// watchdog, so an outage ends in Claude Code's error text.
+func TestClaudeRetrySpanFitsTheDefaultWatchdog(t *testing.T) {
+	span := agent.ClaudeRetrySpan(agent.ClaudeMaxRetriesDefault, agent.ClaudeAPITimeoutDefault)
+	if want := 50*time.Minute + 7500*time.Millisecond; span != want {
+		t.Errorf("span %v, want %v: 5 tries of 10 minutes and 0.5+1+2+4 s of backoff", span, want)
+	}
+	if span >= 60*time.Minute {
+		t.Errorf("span %v is not below the default watchdog of 60m", span)
+	}
+	if got := agent.ClaudeRetrySpan(10, time.Second); got != 11*time.Second+(500+1000+2000+4000+8000+16000+32000*4)*time.Millisecond {
+		t.Errorf("10 retries of 1s: span %v; the backoff caps at 32s", got)
 	}
 }

@@ -47,20 +47,16 @@ type Status struct {
 	// CostUSD and Turns are what the agent reported, where it did.
 	CostUSD float64 `json:"cost_usd,omitempty"`
 	Turns   int     `json:"turns,omitempty"`
-	// Result is the agent's final message, where it reported one, cut to
-	// MaxResultText: what the tracker comment of a done job shows.
-	Result string `json:"result,omitempty"`
 	// SessionID is the agent's own session id, where it reported one.
 	SessionID string `json:"session_id,omitempty"`
+	// Result is the agent's final message, where it reported one (Claude
+	// Code's "result"), cut to 4 KiB; the whole text is in the log.
+	Result string `json:"result,omitempty"`
 	// Alerted is set by the notifier once a person was told of the failure.
 	Alerted bool `json:"alerted,omitempty"`
 	// DLQSeq is the job's sequence in StreamDLQ once it is dead-lettered.
 	DLQSeq uint64 `json:"dlq_seq,omitempty"`
 }
-
-// MaxResultText bounds Status.Result, so that one verbose agent cannot
-// bloat every status record.
-const MaxResultText = 16 << 10
 
 // DecodeStatus parses a status record.
 func DecodeStatus(data []byte) (*Status, error) {

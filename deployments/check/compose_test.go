@@ -222,3 +222,46 @@ func TestComposeRequiresSecrets(t *testing.T) {
 		t.Errorf("loading compose.yaml without secrets: err = %v, want one naming ORCH_GITEA_SECRET", err)
 	}
 }
+
+// The compose file says which Compose it needs, and nothing tells an
+// operator to run the retired v1 command, `docker-compose`, which does not
+// read it.
+func TestComposeNeedsComposeV2(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(composeDir, "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "Compose v2") || !strings.Contains(string(data), "`docker compose`") {
+		t.Error("compose.yaml does not say it needs Compose v2 (`docker compose`)")
+	}
+	p := loadComposeExample(t)
+	if p.Name == "" {
+		t.Error("compose.yaml has no top-level name, the reason it needs Compose v2: say otherwise in its header")
+	}
+	docs, _ := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	for _, f := range append(docs, filepath.Join(repoRoot, "README.md"), filepath.Join(composeDir, "compose.yaml"), filepath.Join(composeDir, ".env.example")) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "docker-compose ") && !strings.Contains(line, "v1") {
+				t.Errorf("%s:%d runs docker-compose (v1): %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// No orch service is made to run as root: the images run as their own
+// user, and Claude Code refuses to bypass permissions as root.
+func TestComposeServicesNotRoot(t *testing.T) {
+	p := loadComposeExample(t)
+	for name, svc := range p.Services {
+		if composeKind(name) == "" {
+			continue
+		}
+		if u := strings.SplitN(svc.User, ":", 2)[0]; u == "root" || u == "0" {
+			t.Errorf("compose service %s runs as user %q", name, svc.User)
+		}
+	}
+}

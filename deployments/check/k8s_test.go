@@ -45,13 +45,14 @@ type kustomization struct {
 // k8sObjects is every object of every manifest, decoded into the
 // Kubernetes API types.
 type k8sObjects struct {
-	deployments []*appsv1.Deployment
-	services    []*corev1.Service
-	configMaps  []*corev1.ConfigMap
-	secrets     []*corev1.Secret
-	pdbs        []*policyv1.PodDisruptionBudget
-	ingresses   []*networkingv1.Ingress
-	namespaces  []*corev1.Namespace
+	deployments  []*appsv1.Deployment
+	statefulSets []*appsv1.StatefulSet
+	services     []*corev1.Service
+	configMaps   []*corev1.ConfigMap
+	secrets      []*corev1.Secret
+	pdbs         []*policyv1.PodDisruptionBudget
+	ingresses    []*networkingv1.Ingress
+	namespaces   []*corev1.Namespace
 	// files is every manifest file read, for the kustomization check.
 	files []string
 }
@@ -124,6 +125,9 @@ func (o *k8sObjects) decode(doc []byte) error {
 	case "apps/v1 Deployment":
 		v := &appsv1.Deployment{}
 		o.deployments, target = append(o.deployments, v), v
+	case "apps/v1 StatefulSet":
+		v := &appsv1.StatefulSet{}
+		o.statefulSets, target = append(o.statefulSets, v), v
 	case "v1 Service":
 		v := &corev1.Service{}
 		o.services, target = append(o.services, v), v
@@ -150,15 +154,37 @@ func (o *k8sObjects) decode(doc []byte) error {
 	return yaml.UnmarshalStrict(doc, target)
 }
 
-func (o *k8sObjects) deployment(t *testing.T, component string) *appsv1.Deployment {
-	t.Helper()
+// workload is a Deployment or a StatefulSet: what runs a service's pods.
+type workload struct {
+	kind, name string
+	selector   *metav1.LabelSelector
+	template   *corev1.PodTemplateSpec
+}
+
+// component is the service a workload runs: gateway, runner or notifier.
+func (w workload) component() string { return w.template.Labels["app.kubernetes.io/component"] }
+
+func (o *k8sObjects) workloads() []workload {
+	var ws []workload
 	for _, d := range o.deployments {
-		if d.Spec.Template.Labels["app.kubernetes.io/component"] == component {
-			return d
+		ws = append(ws, workload{"Deployment", d.Name, d.Spec.Selector, &d.Spec.Template})
+	}
+	for _, s := range o.statefulSets {
+		ws = append(ws, workload{"StatefulSet", s.Name, s.Spec.Selector, &s.Spec.Template})
+	}
+	return ws
+}
+
+// workload returns the workload that runs component.
+func (o *k8sObjects) workload(t *testing.T, component string) workload {
+	t.Helper()
+	for _, w := range o.workloads() {
+		if w.component() == component {
+			return w
 		}
 	}
-	t.Fatalf("no Deployment of the %s", component)
-	return nil
+	t.Fatalf("no Deployment or StatefulSet of the %s", component)
+	return workload{}
 }
 
 func (o *k8sObjects) configMap(name string) *corev1.ConfigMap {
@@ -229,11 +255,10 @@ func kubernetesEnvs(t *testing.T) []deploymentEnv {
 	t.Helper()
 	o := loadK8s(t)
 	var envs []deploymentEnv
-	for _, d := range o.deployments {
-		kind := d.Spec.Template.Labels["app.kubernetes.io/component"]
-		for _, c := range d.Spec.Template.Spec.Containers {
-			where := "k8s/Deployment " + d.Name
-			envs = append(envs, deploymentEnv{where: where, service: kind, env: o.containerEnv(t, where, c)})
+	for _, w := range o.workloads() {
+		for _, c := range w.template.Spec.Containers {
+			where := "k8s/" + w.kind + " " + w.name
+			envs = append(envs, deploymentEnv{where: where, service: w.component(), env: o.containerEnv(t, where, c)})
 		}
 	}
 	return envs
@@ -241,54 +266,50 @@ func kubernetesEnvs(t *testing.T) []deploymentEnv {
 
 func TestKubernetesManifests(t *testing.T) {
 	o := loadK8s(t)
-	if len(o.deployments) != 3 {
-		t.Fatalf("%d Deployments, want one per service", len(o.deployments))
+	if n := len(o.workloads()); n != 3 {
+		t.Fatalf("%d Deployments and StatefulSets, want one per service", n)
 	}
 
-	for _, d := range o.deployments {
-		spec := d.Spec.Template.Spec
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-			t.Errorf("Deployment %s: selector does not match its pods (%v)", d.Name, err)
+	for _, w := range o.workloads() {
+		where := w.kind + " " + w.name
+		spec := w.template.Spec
+		sel, err := metav1.LabelSelectorAsSelector(w.selector)
+		if err != nil || !sel.Matches(labels.Set(w.template.Labels)) {
+			t.Errorf("%s: selector does not match its pods (%v)", where, err)
 		}
-		if spec.SecurityContext == nil || spec.SecurityContext.RunAsNonRoot == nil || !*spec.SecurityContext.RunAsNonRoot {
-			t.Errorf("Deployment %s: pods may run as root", d.Name)
+		// No orch pod runs as root; the runner's agents must not, since
+		// Claude Code refuses to bypass permissions as root.
+		if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0 {
+			t.Errorf("%s: pods may run as root (want runAsNonRoot and a non-zero runAsUser)", where)
 		}
 		for _, c := range spec.Containers {
+			if sc := c.SecurityContext; sc != nil && ((sc.RunAsUser != nil && *sc.RunAsUser == 0) || (sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot)) {
+				t.Errorf("%s, container %s: runs as root", where, c.Name)
+			}
 			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 				if _, ok := c.Resources.Requests[r]; !ok {
-					t.Errorf("Deployment %s, container %s: no %s request", d.Name, c.Name, r)
+					t.Errorf("%s, container %s: no %s request", where, c.Name, r)
 				}
 			}
 			for _, m := range c.VolumeMounts {
-				if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
-					t.Errorf("Deployment %s: mount of undeclared volume %s", d.Name, m.Name)
+				if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) && o.claimTemplate(w.name, m.Name) == nil {
+					t.Errorf("%s: mount of undeclared volume %s", where, m.Name)
 				}
 			}
 		}
 		for _, v := range spec.Volumes {
 			if v.ConfigMap != nil && o.configMap(v.ConfigMap.Name) == nil {
-				t.Errorf("Deployment %s: volume %s names ConfigMap %s, which no manifest defines", d.Name, v.Name, v.ConfigMap.Name)
+				t.Errorf("%s: volume %s names ConfigMap %s, which no manifest defines", where, v.Name, v.ConfigMap.Name)
 			}
 		}
 	}
 
-	// The gateway: ready only with NATS (/readyz), alive while it serves
-	// HTTP (/healthz).
-	gw := o.deployment(t, "gateway").Spec.Template.Spec.Containers[0]
-	if gw.ReadinessProbe == nil || gw.ReadinessProbe.HTTPGet == nil || gw.ReadinessProbe.HTTPGet.Path != "/readyz" {
-		t.Errorf("gateway readiness probe %+v, want GET /readyz", gw.ReadinessProbe)
-	}
-	if gw.LivenessProbe == nil || gw.LivenessProbe.HTTPGet == nil || gw.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("gateway liveness probe %+v, want GET /healthz", gw.LivenessProbe)
-	}
-
 	// The runner: the kubelet waits longer than the runner's own grace
 	// period before it kills the pod, so running agents get all of it.
-	rd := o.deployment(t, "runner")
-	renv := o.containerEnv(t, "runner", rd.Spec.Template.Spec.Containers[0])
+	rd := o.workload(t, "runner").template.Spec
+	renv := o.containerEnv(t, "runner", rd.Containers[0])
 	stop := runnerStopTime(t, renv)
-	tgps := rd.Spec.Template.Spec.TerminationGracePeriodSeconds
+	tgps := rd.TerminationGracePeriodSeconds
 	if tgps == nil {
 		t.Errorf("runner has no terminationGracePeriodSeconds (default 30s), want more than its stop time %v", stop)
 	} else if time.Duration(*tgps)*time.Second <= stop {
@@ -297,20 +318,20 @@ func TestKubernetesManifests(t *testing.T) {
 
 	// The streams are replicated on the three NATS pods, which every
 	// service names.
-	for _, d := range o.deployments {
-		env := o.containerEnv(t, d.Name, d.Spec.Template.Spec.Containers[0])
+	for _, w := range o.workloads() {
+		env := o.containerEnv(t, w.name, w.template.Spec.Containers[0])
 		if env["ORCH_STREAM_REPLICAS"] != "3" {
-			t.Errorf("Deployment %s: ORCH_STREAM_REPLICAS=%q, want 3", d.Name, env["ORCH_STREAM_REPLICAS"])
+			t.Errorf("%s %s: ORCH_STREAM_REPLICAS=%q, want 3", w.kind, w.name, env["ORCH_STREAM_REPLICAS"])
 		}
 		if n := len(strings.Split(env["ORCH_NATS_URL"], ",")); n != 3 {
-			t.Errorf("Deployment %s: ORCH_NATS_URL names %d servers, want 3", d.Name, n)
+			t.Errorf("%s %s: ORCH_NATS_URL names %d servers, want 3", w.kind, w.name, n)
 		}
 	}
 
 	// Services, Ingresses and budgets select pods that exist.
 	podLabels := func(sel labels.Selector) bool {
-		return slices.ContainsFunc(o.deployments, func(d *appsv1.Deployment) bool {
-			return sel.Matches(labels.Set(d.Spec.Template.Labels))
+		return slices.ContainsFunc(o.workloads(), func(w workload) bool {
+			return sel.Matches(labels.Set(w.template.Labels))
 		})
 	}
 	for _, s := range o.services {
@@ -325,10 +346,10 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 	for _, component := range []string{"gateway", "runner"} {
-		d := o.deployment(t, component)
+		w := o.workload(t, component)
 		if !slices.ContainsFunc(o.pdbs, func(p *policyv1.PodDisruptionBudget) bool {
 			sel, _ := metav1.LabelSelectorAsSelector(p.Spec.Selector)
-			return sel.Matches(labels.Set(d.Spec.Template.Labels))
+			return sel.Matches(labels.Set(w.template.Labels))
 		}) {
 			t.Errorf("no PodDisruptionBudget for the %s", component)
 		}

@@ -56,6 +56,12 @@ type Project struct {
 	// Templates overrides the task template of a kind: a file path,
 	// relative to the registry file.
 	Templates map[string]string `yaml:"templates"`
+	// AgentPermissions is what Claude Code may do unattended; nil means
+	// the defaults per kind (DefaultPermissions). See Permissions.
+	AgentPermissions *AgentPermissions `yaml:"agent_permissions"`
+	// GitAuthor is the name and email of the agent's commits; nil leaves
+	// the identity to the runner's environment and git configuration.
+	GitAuthor *GitAuthor `yaml:"git_author"`
 	// PlaneWorkspace is the slug of the Plane workspace of PlaneProject,
 	// which Plane's API paths need: the notifier comments on work items
 	// only where it is set.
@@ -173,6 +179,12 @@ func (r *Registry) add(p *Project) error {
 	}
 	if p.GiteaRepo == "" && p.PlaneProject == "" {
 		return fmt.Errorf("project %q: needs gitea_repo or plane_project", p.Key)
+	}
+	if err := p.AgentPermissions.check(); err != nil {
+		return fmt.Errorf("project %q: agent_permissions: %w", p.Key, err)
+	}
+	if a := p.GitAuthor; a != nil && (a.Name == "" || a.Email == "") {
+		return fmt.Errorf("project %q: git_author needs both name and email", p.Key)
 	}
 	for kind, next := range p.Pipeline {
 		if !validKind(kind) || !validKind(next) {

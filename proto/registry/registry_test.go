@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,68 @@ func TestWriteback(t *testing.T) {
 		if p.WritesComment() != tt.comment || p.WritesStatus() != tt.status || p.PlaneWorkspace != "acme" {
 			t.Errorf("writeback %q: comment %v, status %v, workspace %q; want %v, %v, acme", tt.value, p.WritesComment(), p.WritesStatus(), p.PlaneWorkspace, tt.comment, tt.status)
 		}
+	}
+}
+
+// agent_permissions resolves per kind: the kind's own setting, else the
+// project's setting for every kind, else the default of the kind.
+func TestAgentPermissions(t *testing.T) {
+	r, err := Parse([]byte(`projects:
+  - key: custom
+    gitea_repo: acme/custom
+    agent_permissions:
+      mode: acceptEdits
+      allowed_tools: ["Bash(go test:*)", Read]
+      kinds:
+        review: {allowed_tools: [Read, Grep], disallowed_tools: [Bash]}
+    git_author: {name: orch bot, email: bot@example.com}
+  - key: plain
+    gitea_repo: acme/plain
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom, _ := r.ByKey("custom")
+	plain, _ := r.ByKey("plain")
+	tests := []struct {
+		p    *Project
+		kind string
+		want Permissions
+	}{
+		{custom, "review", Permissions{AllowedTools: []string{"Read", "Grep"}, DisallowedTools: []string{"Bash"}}},
+		{custom, "fix", Permissions{Mode: "acceptEdits", AllowedTools: []string{"Bash(go test:*)", "Read"}}},
+		{plain, "review", DefaultPermissions["review"]},
+		{plain, "implement", DefaultPermissions["implement"]},
+	}
+	for _, tt := range tests {
+		if got := tt.p.Permissions(tt.kind); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s %s: got %+v, want %+v", tt.p.Key, tt.kind, got, tt.want)
+		}
+	}
+	if a := custom.GitAuthor; a == nil || a.Name != "orch bot" || a.Email != "bot@example.com" || plain.GitAuthor != nil {
+		t.Errorf("git_author = %+v, %+v", custom.GitAuthor, plain.GitAuthor)
+	}
+	// Every kind an agent runs has a default that lets it work unattended.
+	for _, kind := range []string{"implement", "review", "fix", "respond"} {
+		if p := plain.Permissions(kind); p.Mode == "" || len(p.AllowedTools) == 0 {
+			t.Errorf("no default permissions for %s: %+v", kind, p)
+		}
+	}
+}
+
+func TestAgentPermissionsErrorsNameTheLine(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"bad mode", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {mode: yolo}\n", `line 2: project "a": agent_permissions: mode "yolo"`},
+		{"bad kind", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {kinds: {deploy: {mode: plan}}}\n", "line 2"},
+		{"misspelt key", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {allowed_tool: [Bash]}\n", "line 4"},
+		{"author without email", "projects:\n  - key: a\n    gitea_repo: x/y\n    git_author: {name: bot}\n", "line 2: project \"a\": git_author"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse = %v, want an error naming %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -27,7 +27,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -193,6 +192,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	r.projects.Store(projs)
+	r.checkClaude(log, projs.reg)
 
 	// SIGHUP reloads the registry for as long as Run runs: the goroutine
 	// ends, and the signal goes back to its default, when Run returns.
@@ -465,17 +465,14 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if err != nil {
 		return fail(err)
 	}
-	argv := r.argv
-	if len(p.AgentCommand) > 0 {
-		argv = p.AgentCommand
-	}
+	argv, agentEnv := r.agentCommand(p, job.Kind)
 	spec := agent.Spec{
 		Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
 		Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
 		KillGrace: r.cfg.KillGrace,
 		Env: agent.Env(r.envAllow,
-			"ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
-			"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile),
+			append(agentEnv, "ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
+				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
 	}
 	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
 	out := outcome{res: agent.Run(ctx, spec), log: logPath}
@@ -483,9 +480,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		log.Warn("reading agent result", zap.Error(err))
 	} else if c != nil {
 		out.claude = c
-		if out.res.Err == nil {
-			out.res.Err = c.Err()
-		}
+		out.res = c.Judge(out.res)
 	}
 	return out
 }
@@ -597,8 +592,9 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 				st.Result = ""
 				if c := out.claude; c != nil {
 					st.CostUSD, st.Turns, st.SessionID = c.TotalCostUSD, c.NumTurns, c.SessionID
+					// A failed run's text is already its error.
 					if state == proto.StateDone {
-						st.Result = cutText(c.Result, proto.MaxResultText)
+						st.Result = c.Text()
 					}
 				}
 			})
@@ -633,6 +629,18 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		// Handed back at once: the attempt was not the job's fault.
 		_ = msg.Nak()
 		log.Warn("job stopped by shutdown: handed back", zap.Error(res.Err))
+	case errors.Is(res.Err, agent.ErrPermissionDenied):
+		// A retry would be denied the same way: fail the job now. Term
+		// reaches the notifier as MSG_TERMINATED with a runner's reason,
+		// which it alerts on and dead-letters like any failure.
+		if !record(proto.StateFailed) {
+			log.Warn("agent was denied tools, but the record has moved on: not terminating", zap.Error(res.Err))
+			return
+		}
+		if err := retry(ctx, func() error { return msg.TermWithReason(proto.TermReason(job.ID, res.Err.Error())) }); err != nil {
+			log.Warn("terminating job", zap.Error(err))
+		}
+		log.Error("agent was denied tools: job failed without retries", zap.Error(res.Err))
 	case res.Err == nil:
 		if !record(proto.StateDone) {
 			if st, _, err := r.status.Get(ctx, job.ID); err == nil && st.Attempt > attempt {
@@ -659,17 +667,6 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		_ = msg.Nak()
 		log.Error("agent failed on its last attempt", zap.Error(res.Err), zap.Int("exit_code", res.ExitCode))
 	}
-}
-
-// cutText keeps at most n bytes of s, never splitting a character.
-func cutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 func costOf(c *agent.ClaudeResult) float64 {

@@ -1,0 +1,130 @@
+package check
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/services/notifier"
+	"github.com/orch-dev/orch/services/runner"
+)
+
+// A Claude Code run whose tools were denied (it exits 0) travels the whole
+// way of a terminal failure: the runner fails it after one run and
+// terminates it, the notifier alerts once on Telegram with the denied
+// tool, dead-letters the job and records it failed and alerted.
+func TestDeniedToolsReachTheNotifier(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, kv := natstest.Connect(t, srv)
+	dir := t.TempDir()
+
+	// The stand-in Claude Code: an executable named claude that prints the
+	// real CLI's transcript of a denied Bash call and exits 0.
+	transcript, err := filepath.Abs(filepath.Join("testdata", "claude", "permission-denied.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claude := filepath.Join(dir, "bin", "claude")
+	if err := os.MkdirAll(filepath.Dir(claude), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\necho run >> %q\ncat %q\n", filepath.Join(dir, "runs"), transcript)
+	if err := os.WriteFile(claude, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	projects := filepath.Join(dir, "projects.yaml")
+	registry := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n", gitRepo(t))
+	if err := os.WriteFile(projects, []byte(registry), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Telegram: record every message.
+	var (
+		mu       sync.Mutex
+		messages []string
+	)
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		form, _ := url.ParseQuery(string(body))
+		text := form.Get("text")
+		if text == "" {
+			text = string(body) // a JSON body
+		}
+		mu.Lock()
+		messages = append(messages, text)
+		mu.Unlock()
+		_, _ = io.WriteString(w, `{"ok":true,"result":{"message_id":1}}`)
+	}))
+	t.Cleanup(tg.Close)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	wg.Go(func() {
+		cfg := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "runner")}, ProjectsFile: projects,
+			MaxAttempts: 3, RetryDelay: 100 * time.Millisecond, AgentCommand: claude + " -p --output-format stream-json --verbose",
+			ShutdownGrace: time.Second, AckWait: 5 * time.Second}
+		if err := runner.Run(ctx, cfg, log.Named("runner")); err != nil {
+			t.Errorf("runner: %v", err)
+		}
+	})
+	wg.Go(func() {
+		cfg := notifier.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "notifier")},
+			TelegramBotToken: "123:fake", TelegramChatID: "-100", TelegramAPIURL: tg.URL, TelegramRate: 100}
+		if err := notifier.Run(ctx, cfg, log.Named("notifier")); err != nil {
+			t.Errorf("notifier: %v", err)
+		}
+	})
+
+	job := proto.Job{Schema: proto.SchemaVersion, ID: proto.JobID("denied"), Kind: proto.KindImplement, Project: "widgets",
+		Task: proto.Task{ID: "task-1", Title: "Add AGENT_WAS_HERE.md"}, Source: proto.Source{System: "api"}, CreatedAt: time.Now().UTC()}
+	st := status.New(kv)
+	data, err := json.Marshal(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, proto.JobSubject(job.Project, job.Kind), data, jetstream.WithMsgID(job.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, &proto.Status{Job: job, State: proto.StateQueued}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 60*time.Second, 50*time.Millisecond, func() error {
+		s, _, err := st.Get(context.Background(), job.ID)
+		if err != nil {
+			return err
+		}
+		if s.State != proto.StateFailed || !s.Alerted || s.DLQSeq == 0 {
+			return fmt.Errorf("job is %s, alerted %v, dlq seq %d", s.State, s.Alerted, s.DLQSeq)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(messages) != 1 || !strings.Contains(messages[0], "denied Bash") {
+		t.Errorf("Telegram got %d messages %q, want one naming the denied tool", len(messages), messages)
+	}
+	runs, _ := os.ReadFile(filepath.Join(dir, "runs"))
+	if n := strings.Count(string(runs), "run"); n != 1 {
+		t.Errorf("the agent ran %d times, want once", n)
+	}
+}

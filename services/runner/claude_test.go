@@ -1,0 +1,189 @@
+package runner_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/proto"
+)
+
+// claude writes a stand-in for Claude Code, an executable named claude:
+// per run it records its arguments (one a line) and its environment under
+// runs, prints the recorded transcript of the real CLI and exits with
+// code. It returns the agent command, as ORCH_AGENT_COMMAND would be.
+func (e *env) claude(transcript string, code int) string {
+	e.t.Helper()
+	src, err := filepath.Abs(filepath.Join("agent", "testdata", transcript))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	bin := filepath.Join(e.dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	body := fmt.Sprintf(`#!/bin/sh
+run=%s/claude.$ORCH_JOB_ID.$ORCH_ATTEMPT
+printf '%%s\n' "$@" > $run.args
+env > $run.env
+cat %q
+exit %d
+`, e.runs, src, code)
+	path := filepath.Join(bin, "claude")
+	if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	return path + " -p --output-format stream-json --verbose"
+}
+
+// runsOf returns the files the stand-in wrote for job id, one per run.
+func (e *env) runsOf(id string) []string {
+	e.t.Helper()
+	files, err := filepath.Glob(filepath.Join(e.runs, "claude."+id+".*.args"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return files
+}
+
+func (e *env) read(path string) string {
+	e.t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(data)
+}
+
+// Claude Code 2.1 prints "type" late in its result object: the record
+// still gets the run's cost, turns, session and final message.
+func TestClaudeSuccessRecorded(t *testing.T) {
+	e := newEnv(t, "")
+	e.start(e.config("r1", e.claude("success.jsonl", 0)))
+	j := job("claude-success", "task-ok", proto.KindImplement)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateDone, 30*time.Second)
+	if st.CostUSD != 0.012 || st.Turns != 2 || st.SessionID != "95ffa790-2771-447b-9146-e8c991415820" {
+		t.Errorf("record has cost %v, turns %d, session %q; want 0.012, 2 and the transcript's session", st.CostUSD, st.Turns, st.SessionID)
+	}
+	if st.Result != "Done: added AGENT_WAS_HERE.md" {
+		t.Errorf("record has result %q, want the agent's final message", st.Result)
+	}
+}
+
+// A run in which tools were denied exits 0 but did nothing: the job fails
+// at once, with a reason naming the tools and what to allow, and without a
+// second run, since a retry would be denied the same way. The message is
+// terminated with the runner's "<job-id>: <cause>" reason, which the
+// notifier alerts on.
+func TestClaudePermissionDeniedFailsWithoutRetry(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.claude("permission-denied.jsonl", 0))
+	cfg.MaxAttempts = 3
+	e.start(cfg)
+	j := job("claude-denied", "task-denied", proto.KindImplement)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
+	for _, want := range []string{"denied Bash", "allowed_tools: [Bash]", "agent_permissions"} {
+		if !strings.Contains(st.Error, want) {
+			t.Errorf("error %q does not say %q", st.Error, want)
+		}
+	}
+	if st.Attempt != 1 || st.ExitCode == nil || *st.ExitCode != 0 || st.CostUSD != 0.012 {
+		t.Errorf("record %+v, want attempt 1, exit code 0 and the run's cost", st)
+	}
+	id, cause := proto.ParseTermReason(termReasons(t, e, 1)[0])
+	if id != j.ID || !strings.Contains(cause, "Bash") {
+		t.Errorf("term reason names job %q, cause %q; want %s and the denied tool", id, cause, j.ID)
+	}
+	// Terminated: the message is gone, so no later delivery can run it.
+	e.waitStreamEmpty(10 * time.Second)
+	if runs := e.runsOf(j.ID); len(runs) != 1 {
+		t.Errorf("the agent ran %d times, want once", len(runs))
+	}
+}
+
+// An API error ends the run with exit 1: the record keeps Claude Code's
+// own error text, not only the exit status. Unlike a denial, it may pass,
+// so the job is retried.
+func TestClaudeAPIErrorRecorded(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.claude("api-error-500.jsonl", 1))
+	cfg.MaxAttempts = 2
+	e.start(cfg)
+	j := job("claude-api-error", "task-api", proto.KindFix)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
+	if !strings.Contains(st.Error, "API Error: 500 fake upstream exploded") || !strings.Contains(st.Error, "api_error") {
+		t.Errorf("error %q lacks Claude Code's error text", st.Error)
+	}
+	if st.ExitCode == nil || *st.ExitCode != 1 || st.SessionID != "0a2e2308-9d14-4a47-abab-3109b005c18e" {
+		t.Errorf("record %+v, want exit code 1 and the run's session", st)
+	}
+	if runs := e.runsOf(j.ID); len(runs) != 2 {
+		t.Errorf("the agent ran %d times, want %d (retried)", len(runs), cfg.MaxAttempts)
+	}
+}
+
+// Claude Code gets the permission flags of the job's kind and the
+// project's git identity; an agent that is not Claude Code gets its
+// command as configured.
+func TestClaudeFlagsAndIdentity(t *testing.T) {
+	e := newEnv(t, "    git_author: {name: orch bot, email: bot@example.com}\n"+
+		"    agent_permissions:\n      kinds:\n        fix: {mode: plan, allowed_tools: [\"Bash(go test:*)\"]}\n")
+	e.start(e.config("r1", e.claude("success.jsonl", 0)))
+	review, impl, fix := job("flags-review", "t-review", proto.KindReview), job("flags-impl", "t-impl", proto.KindImplement), job("flags-fix", "t-fix", proto.KindFix)
+	for _, j := range []*proto.Job{review, impl, fix} {
+		e.enqueue(j)
+		e.waitState(j.ID, proto.StateDone, 30*time.Second)
+	}
+	args := func(j *proto.Job) []string {
+		runs := e.runsOf(j.ID)
+		if len(runs) != 1 {
+			t.Fatalf("%s: %d runs, want 1", j.ID, len(runs))
+		}
+		return strings.Split(strings.TrimSpace(e.read(runs[0])), "\n")
+	}
+	has := func(args []string, seq ...string) bool {
+		for i := range args {
+			if slices.Equal(args[i:min(len(args), i+len(seq))], seq) {
+				return true
+			}
+		}
+		return false
+	}
+	if a := args(review); !has(a, "--permission-mode", "default") || !has(a, "--disallowedTools", "Edit", "Write", "NotebookEdit") ||
+		!has(a, "Bash(git diff:*)") || has(a, "Bash") {
+		t.Errorf("review ran with %q, want read-only tools and git reading commands", a)
+	}
+	if a := args(impl); !has(a, "--permission-mode", "acceptEdits") || !has(a, "Bash") || a[0] != "-p" {
+		t.Errorf("implement ran with %q, want edits and Bash after the configured flags", a)
+	}
+	if a := args(fix); !has(a, "--permission-mode", "plan", "--allowedTools", "Bash(go test:*)") {
+		t.Errorf("fix ran with %q, want the project's setting for fix", a)
+	}
+	env := e.read(strings.TrimSuffix(e.runsOf(impl.ID)[0], ".args") + ".env")
+	for _, want := range []string{"GIT_AUTHOR_NAME=orch bot", "GIT_AUTHOR_EMAIL=bot@example.com", "GIT_COMMITTER_NAME=orch bot",
+		"GIT_COMMITTER_EMAIL=bot@example.com", "CLAUDE_CODE_MAX_RETRIES=4"} {
+		if !strings.Contains(env, want+"\n") {
+			t.Errorf("agent env lacks %s", want)
+		}
+	}
+
+	// Another agent: no Claude Code flags, no Claude Code variables.
+	e2 := newEnv(t, "")
+	e2.start(e2.config("r2", e2.script(`printf '%s\n' "$@" > $RUNS/args; env > $RUNS/env`)))
+	other := job("flags-other", "t-other", proto.KindImplement)
+	e2.enqueue(other)
+	e2.waitState(other.ID, proto.StateDone, 30*time.Second)
+	if a := strings.TrimSpace(e2.read(filepath.Join(e2.runs, "args"))); a != "" {
+		t.Errorf("a script agent got arguments %q", a)
+	}
+	if env := e2.read(filepath.Join(e2.runs, "env")); strings.Contains(env, "CLAUDE_CODE_MAX_RETRIES") {
+		t.Error("a script agent got CLAUDE_CODE_MAX_RETRIES")
+	}
+}

@@ -12,8 +12,10 @@ export ORCH_PROJECTS_FILE  ?= deployments/local/projects.yaml
 export ORCH_AGENT_COMMAND  ?= sh $(CURDIR)/deployments/local/agent.sh
 export ORCH_LOG_FORMAT     ?= console
 export ORCH_RETRY_DELAY    ?= 5s
+# The stand-in agent's knobs pass the runner's allow-list of variables.
+export ORCH_AGENT_ENV      ?= ORCH_STANDIN_EXIT,ORCH_STANDIN_SLEEP
 
-.PHONY: all build run test test-unit fuzz-short lint bench fuzz soak clean tidy
+.PHONY: all build run sample test test-unit fuzz-short lint bench fuzz soak clean tidy
 
 all: lint test
 
@@ -29,6 +31,12 @@ build:
 run:
 	cd deployments/local && go build -o ../../$(BIN)/orch-local .
 	./$(BIN)/orch-local
+
+## sample: send the sample Gitea webhook to `make run`, signed as Gitea
+## signs it; SAMPLE_FLAGS=-new makes it a new event (a new head commit).
+SAMPLE_FLAGS ?=
+sample:
+	@cd deployments/local && go run ./cmd/sample $(SAMPLE_FLAGS)
 
 ## test: every module's tests, race detector on, then each fuzz target briefly.
 test: test-unit fuzz-short

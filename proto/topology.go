@@ -61,6 +61,10 @@ func (t Topology) JobsStream() jetstream.StreamConfig {
 		Replicas:    cmp.Or(t.Replicas, 1),
 		Duplicates:  cmp.Or(t.DuplicateWindow, DuplicateWindowDefault),
 		Discard:     jetstream.DiscardOld,
+		// Direct gets let an operator read queued jobs without a
+		// consumer (`nats stream view JOBS`): a WorkQueue stream takes
+		// no second consumer that overlaps the runner's.
+		AllowDirect: true,
 	}
 }
 

@@ -34,6 +34,34 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	}
 }
 
+// A JOBS stream made before direct gets were allowed (by an older orch)
+// gets them from Ensure, with its queued jobs kept, so `nats stream view
+// JOBS` works after an upgrade.
+func TestEnsureAllowsDirectOnAnExistingJobsStream(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, _ := natstest.Connect(t, srv)
+	ctx := context.Background()
+	old := proto.Topology{}.JobsStream()
+	old.AllowDirect = false
+	if _, err := js.CreateOrUpdateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, proto.JobSubject("widgets", proto.KindReview), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (proto.Topology{}).Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := js.Stream(ctx, proto.StreamJobs)
+	info, err := s.Info(ctx)
+	if err != nil || !info.Config.AllowDirect || info.Config.Retention != jetstream.WorkQueuePolicy || info.State.Msgs != 1 {
+		t.Fatalf("JOBS after Ensure: %+v %+v (%v), want direct gets allowed and the job kept", info.Config, info.State, err)
+	}
+	if _, err := s.GetMsg(ctx, info.State.FirstSeq); err != nil {
+		t.Errorf("reading job 1: %v", err)
+	}
+}
+
 // The advisories JetStream publishes for JOBS land in JOBS_ADVISORIES, so
 // none is lost while no notifier listens.
 func TestAdvisoriesAreCaptured(t *testing.T) {

@@ -215,7 +215,8 @@ func newSystem(t *testing.T) *system {
 	addr := ln.Addr().String()
 	ln.Close()
 	sys.gateway = "http://" + addr
-	sys.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET="+gitea.Secret, "ORCH_PLANE_SECRET=plane-secret")
+	sys.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET="+gitea.Secret, "ORCH_PLANE_SECRET=plane-secret",
+		"ORCH_API_TOKEN="+apiToken)
 	sys.start("notifier", "ORCH_TELEGRAM_BOT_TOKEN=123:abc", "ORCH_TELEGRAM_CHAT_ID=42",
 		"ORCH_TELEGRAM_API_URL="+sys.tgURL, "ORCH_NOTIFY_RETRY_DELAY=200ms")
 	sys.startRunner("r1")
@@ -540,12 +541,17 @@ func (s *system) status(ctx context.Context, id string) (*proto.Status, error) {
 	return proto.DecodeStatus(e.Value())
 }
 
+// apiToken is the gateway's ORCH_API_TOKEN in the soak: GET /queue needs it.
+const apiToken = "soak-token"
+
 // queueCounts is GET /queue's counts, as an operator would see them.
 func (s *system) queueCounts() map[string]int {
 	var q struct {
 		Counts map[string]int `json:"counts"`
 	}
-	resp, err := s.client.Get(s.gateway + "/queue")
+	req, _ := http.NewRequest(http.MethodGet, s.gateway+"/queue", nil)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		s.t.Errorf("GET /queue: %v", err)
 		return nil

@@ -27,7 +27,10 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
-const giteaSecret = "fixture-secret"
+const (
+	giteaSecret = "fixture-secret"
+	apiToken    = "e2e-token"
+)
 
 // fakeTelegram records the messages a bot would have sent.
 type fakeTelegram struct {
@@ -104,7 +107,7 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 	runs := []func() error{
 		func() error {
 			return gateway.Run(ctx, gateway.Config{Common: common, ProjectsFile: projects, GiteaSecret: giteaSecret,
-				PlaneSecret: "p", Listener: ln}, log.Named("gateway"))
+				PlaneSecret: "p", APIToken: apiToken, Listener: ln}, log.Named("gateway"))
 		},
 		func() error {
 			return runner.Run(ctx, runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
@@ -159,9 +162,12 @@ func (s *system) postPR(t *testing.T, edit func(map[string]any)) (*http.Response
 	return resp, body
 }
 
+// getJSON reads url with the API token.
 func getJSON(t *testing.T, url string, v any) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@
 // embedded JetStream server listening where ORCH_NATS_URL points, with its
 // store under ORCH_DATA_DIR and every write fsynced before it is acked,
 // and the gateway, a runner and the notifier in one process. Every ORCH_
-// variable is honoured; Ctrl-C stops everything.
+// variable is honoured; Ctrl-C stops everything. Without ORCH_API_TOKEN
+// it makes one (kept in ORCH_DATA_DIR/api-token) and prints a curl that
+// uses it, since the gateway shows no job without a token.
 //
 // The runner clones every project's clone_url. A project of the registry
 // whose clone_url is a local path that does not exist yet (the sample
@@ -14,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,31 +34,38 @@ import (
 )
 
 func main() {
-	var (
-		gw  gateway.Config
-		rn  runner.Config
-		nt  notifier.Config
-		err error
-	)
+	gw, rn, nt, err := loadConfig()
+	if err != nil {
+		service.Fatal(err)
+	}
+	log, err := service.NewLogger(gw.Common, "local")
+	if err != nil {
+		service.Fatal(err)
+	}
+	service.Main(log, func(ctx context.Context) error { return run(ctx, gw, rn, nt, log, os.Stderr) })
+}
+
+// loadConfig reads the three services' configurations from the ORCH_
+// variables.
+func loadConfig() (gw gateway.Config, rn runner.Config, nt notifier.Config, err error) {
 	for _, cfg := range []any{&gw, &rn, &nt} {
 		if e := service.FromEnv(cfg); e != nil {
 			err = errors.Join(err, e)
 		}
 	}
-	if err != nil {
-		service.Fatal(err)
-	}
 	gw.SetDefaults()
-	log, err := service.NewLogger(gw.Common, "local")
-	if err != nil {
-		service.Fatal(err)
-	}
-	service.Main(log, func(ctx context.Context) error { return run(ctx, gw, rn, nt, log) })
+	return gw, rn, nt, err
 }
 
-func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.Config, log *zap.Logger) error {
+// run runs the embedded server and the three services until ctx ends,
+// telling the person at stdout how to read the queue.
+func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.Config, log *zap.Logger, stdout io.Writer) error {
 	rn.SetDefaults()
 	if err := sampleRepos(ctx, rn.ProjectsFile, log); err != nil {
+		return err
+	}
+	tokenFile, err := ensureToken(&gw)
+	if err != nil {
 		return err
 	}
 	opts, err := embedded.FromURL(gw.NATSURL)
@@ -80,6 +90,7 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 		func() error { return runner.Run(ctx, rn, log.Named("runner")) },
 		func() error { return notifier.Run(ctx, nt, log.Named("notifier")) },
 	}
+	printUsage(stdout, gw, tokenFile)
 	for i, svc := range services {
 		wg.Go(func() {
 			errs[i] = svc()

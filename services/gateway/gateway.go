@@ -64,7 +64,11 @@ type Config struct {
 	// GiteaSecret and PlaneSecret verify webhook signatures. Required.
 	GiteaSecret string `env:"GITEA_SECRET"`
 	PlaneSecret string `env:"PLANE_SECRET"`
-	// APIToken guards the write endpoints; empty disables them (403).
+	// APIToken guards every endpoint that shows or changes a job (GET
+	// /queue, /jobs/...; POST /jobs...): they need Authorization: Bearer
+	// APIToken. Empty turns them all off (403): the gateway must be
+	// reachable by the webhook senders, so an open read would be open to
+	// anyone.
 	APIToken string `env:"API_TOKEN"`
 	// MaxBodyBytes bounds a webhook body; larger ones get 413. Default
 	// MaxBodyBytesDefault (5MiB).

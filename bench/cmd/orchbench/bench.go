@@ -126,7 +126,7 @@ func (b *bench) startGateway(ctx context.Context) error {
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	p, err := b.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET=fixture-secret",
-		"ORCH_PLANE_SECRET=plane-secret")
+		"ORCH_PLANE_SECRET=plane-secret", "ORCH_API_TOKEN="+apiToken)
 	if err != nil {
 		return err
 	}
@@ -216,6 +216,9 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// apiToken is the gateway's ORCH_API_TOKEN in the bench: GET /queue needs it.
+const apiToken = "bench-token"
+
 // queueAnswer is the part of GET /queue the bench reads.
 type queueAnswer struct {
 	Counts map[string]int `json:"counts"`
@@ -224,6 +227,7 @@ type queueAnswer struct {
 func (b *bench) getQueue(ctx context.Context) (queueAnswer, time.Duration, error) {
 	var q queueAnswer
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.gateway+"/queue", nil)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
 	start := time.Now()
 	resp, err := b.client.Do(req)
 	if err != nil {

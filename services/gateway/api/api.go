@@ -60,16 +60,22 @@ func (s *Server) Connect(nc *nats.Conn, js jetstream.JetStream, st *status.Store
 // Handler returns the router, wrapped in the request id and access log.
 func (s *Server) Handler() http.Handler {
 	r := mux.NewRouter()
+	// Open: the senders of webhooks and the probes, which hold no token.
 	r.HandleFunc("/webhooks/gitea", s.giteaWebhook).Methods(http.MethodPost)
 	r.HandleFunc("/webhooks/plane", s.planeWebhook).Methods(http.MethodPost)
-	r.HandleFunc("/queue", s.queue).Methods(http.MethodGet)
-	r.HandleFunc("/jobs", s.authorized(s.enqueue)).Methods(http.MethodPost)
-	r.HandleFunc("/jobs/{id}", s.job).Methods(http.MethodGet)
-	r.HandleFunc("/jobs/{id}/cancel", s.authorized(s.cancel)).Methods(http.MethodPost)
-	r.HandleFunc("/jobs/{id}/retry", s.authorized(s.retry)).Methods(http.MethodPost)
 	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet)
 	r.Handle("/metrics", s.Metrics.Handler()).Methods(http.MethodGet)
+	// Private: everything that shows or changes a job. The gateway must be
+	// reachable by Gitea and Plane, so anyone may reach it; a new endpoint
+	// that shows job content joins this router, behind the one check.
+	private := r.NewRoute().Subrouter()
+	private.Use(s.requireToken)
+	private.HandleFunc("/queue", s.queue).Methods(http.MethodGet)
+	private.HandleFunc("/jobs", s.enqueue).Methods(http.MethodPost)
+	private.HandleFunc("/jobs/{id}", s.job).Methods(http.MethodGet)
+	private.HandleFunc("/jobs/{id}/cancel", s.cancel).Methods(http.MethodPost)
+	private.HandleFunc("/jobs/{id}/retry", s.retry).Methods(http.MethodPost)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})

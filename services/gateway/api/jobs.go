@@ -102,7 +102,9 @@ func (s *Server) queueOne(w http.ResponseWriter, r *http.Request, job *proto.Job
 	}
 	log.Info("job queued by hand", zap.String("kind", string(job.Kind)), zap.String("project", job.Project),
 		zap.String("task", job.Task.ID), zap.String("retry_of", job.RetryOf), zap.Bool("duplicate", res.Duplicate))
-	writeJSON(w, http.StatusAccepted, Accepted{Jobs: []JobRef{refOf(job)}})
+	ref := refOf(job)
+	ref.Duplicate = res.Duplicate
+	writeJSON(w, http.StatusAccepted, Accepted{Jobs: []JobRef{ref}})
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {

@@ -3,11 +3,9 @@ package api
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
 	"regexp"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -79,22 +77,4 @@ func newRequestID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// authorized guards a write endpoint with the bearer token. With no token
-// configured the endpoint is off: 403, saying how to turn it on.
-func (s *Server) authorized(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.APIToken == "" {
-			writeError(w, http.StatusForbidden, "write endpoints are disabled: ORCH_API_TOKEN is not set")
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.APIToken)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="orch"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next(w, r)
-	}
 }

@@ -15,12 +15,15 @@ import (
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 
-// JobRef names one job in an answer.
+// JobRef names one job in an answer. Duplicate says the job existed
+// before this request (the same event or key again): nothing new was
+// queued for it.
 type JobRef struct {
-	ID      string     `json:"id"`
-	Kind    proto.Kind `json:"kind"`
-	Project string     `json:"project"`
-	Task    string     `json:"task"`
+	ID        string     `json:"id"`
+	Kind      proto.Kind `json:"kind"`
+	Project   string     `json:"project"`
+	Task      string     `json:"task"`
+	Duplicate bool       `json:"duplicate,omitempty"`
 }
 
 func refOf(j *proto.Job) JobRef {
@@ -81,15 +84,8 @@ func (s *Server) planeWebhook(w http.ResponseWriter, r *http.Request) {
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSource, secret string) {
 	event, delivery := r.Header.Get(src.eventHeader), r.Header.Get(src.delivery)
 	log := logFrom(r).With(zap.String("source", src.name), zap.String("event", event), zap.String("delivery", delivery))
-	count := func(outcome string) {
-		// The event label comes from a header: bound it before it names
-		// a time series.
-		e := event
-		if len(e) > 40 || proto.Token(e) != e {
-			e = "other"
-		}
-		s.Metrics.Webhooks.WithLabelValues(src.name, e, outcome).Inc()
-	}
+	verified := false
+	count := func(outcome string) { s.Metrics.Webhook(src.name, event, verified, outcome) }
 	fail := func(code int, outcome, msg string) {
 		count(outcome)
 		log.Info("webhook refused", zap.Int("status", code), zap.String("reason", msg))
@@ -117,6 +113,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		fail(http.StatusUnauthorized, metrics.OutcomeUnauthorized, err.Error())
 		return
 	}
+	verified = true
 	d, err := src.decide(s, event, delivery, body)
 	if err != nil {
 		fail(http.StatusBadRequest, metrics.OutcomeMalformed, err.Error())
@@ -128,7 +125,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		writeJSON(w, http.StatusOK, Ignored{Ignored: d.Ignored})
 		return
 	}
-	spooled, err := s.Queue.Apply(r.Context(), src.name, event, d, log)
+	applied, err := s.Queue.Apply(r.Context(), src.name, event, d, log)
 	if err != nil {
 		count(metrics.OutcomeFailed)
 		log.Error("event could be neither queued nor spooled", zap.Error(err))
@@ -136,11 +133,13 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		writeError(w, http.StatusServiceUnavailable, "could not queue the event: JetStream unavailable and the spool failed")
 		return
 	}
-	ans := Accepted{Jobs: []JobRef{}, Cancel: d.Cancel, Spooled: spooled}
+	ans := Accepted{Jobs: []JobRef{}, Cancel: d.Cancel, Spooled: applied.Spooled}
 	for i := range d.Jobs {
-		ans.Jobs = append(ans.Jobs, refOf(&d.Jobs[i]))
+		ref := refOf(&d.Jobs[i])
+		ref.Duplicate = applied.Duplicate[ref.ID]
+		ans.Jobs = append(ans.Jobs, ref)
 	}
-	if spooled {
+	if applied.Spooled {
 		count(metrics.OutcomeSpooled)
 	} else {
 		count(metrics.OutcomeQueued)

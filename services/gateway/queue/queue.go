@@ -160,8 +160,9 @@ func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string,
 }
 
 // Do carries out d now: the cancel first, then the jobs. Doing it twice is
-// harmless, so a failed Do may simply be repeated.
-func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger) error {
+// harmless, so a failed Do may simply be repeated. seen, when not nil, is
+// called for each job JetStream holds, saying whether it already existed.
+func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger, seen func(id string, duplicate bool)) error {
 	if d.Cancel != nil {
 		ids, err := q.CancelTask(ctx, d.Cancel.Project, d.Cancel.Task)
 		if err != nil {
@@ -178,23 +179,51 @@ func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger) err
 		}
 		log.Info("job queued", zap.String("job", job.ID), zap.String("kind", string(job.Kind)),
 			zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.Bool("duplicate", res.Duplicate))
+		if seen != nil {
+			seen(job.ID, res.Duplicate)
+		}
 	}
 	return nil
 }
 
+// Applied says what Apply did with a decision.
+type Applied struct {
+	// Spooled is set when the decision waits in the spool for JetStream.
+	Spooled bool
+	// Duplicate holds the ids of the decision's jobs that existed before
+	// this delivery (a repeated event): they were not queued again. It is
+	// empty for a spooled decision, whose jobs are not looked at yet.
+	Duplicate map[string]bool
+}
+
 // Apply carries out d for a webhook: now if JetStream answers within
-// RetryBudget, else in the spool. spooled reports the latter. While the
-// spool holds anything, d joins it, so events are carried out in the order
-// they arrived. An error means d could be neither carried out nor spooled.
-func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decision, log *zap.Logger) (spooled bool, err error) {
+// RetryBudget, else in the spool. While the spool holds anything, d joins
+// it, so events are carried out in the order they arrived. An error means
+// d could be neither carried out nor spooled.
+func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decision, log *zap.Logger) (Applied, error) {
+	var err error
 	if q.spool.Depth() == 0 {
+		// Across attempts, the first answer for a job counts: a job this
+		// delivery queued before a later job failed is not a duplicate
+		// when the retry finds it.
+		dup := map[string]bool{}
+		seen := func(id string, duplicate bool) {
+			if _, ok := dup[id]; !ok {
+				dup[id] = duplicate
+			}
+		}
 		deadline := time.Now().Add(RetryBudget)
 		for {
 			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-			err = q.Do(actx, d, log)
+			err = q.Do(actx, d, log, seen)
 			cancel()
 			if err == nil {
-				return false, nil
+				for id, isDup := range dup {
+					if !isDup {
+						delete(dup, id)
+					}
+				}
+				return Applied{Duplicate: dup}, nil
 			}
 			if errors.Is(err, ErrUnavailable) || time.Now().Add(RetryPause).After(deadline) || ctx.Err() != nil {
 				break
@@ -209,7 +238,7 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 	e := &spool.Entry{Source: source, Event: event, Cancel: d.Cancel, Jobs: d.Jobs, SpooledAt: time.Now().UTC()}
 	seq, serr := q.spool.Append(e)
 	if serr != nil {
-		return false, errors.Join(err, serr)
+		return Applied{}, errors.Join(err, serr)
 	}
 	for _, j := range d.Jobs {
 		log.Info("job spooled", zap.String("job", j.ID), zap.Uint64("seq", seq), zap.String("kind", string(j.Kind)))
@@ -217,7 +246,7 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 	if d.Cancel != nil {
 		log.Info("task cancel spooled", zap.String("task", d.Cancel.Task), zap.Uint64("seq", seq))
 	}
-	return true, nil
+	return Applied{Spooled: true}, nil
 }
 
 // Drain carries out the spool, in order, until ctx ends.
@@ -227,7 +256,7 @@ func (q *Queue) Drain(ctx context.Context, retry time.Duration) {
 		elog := log.With(zap.Uint64("seq", e.Seq), zap.String("source", e.Source), zap.String("event", e.Event))
 		actx, cancel := context.WithTimeout(ctx, 10*AttemptTimeout)
 		defer cancel()
-		if err := q.Do(actx, trigger.Decision{Cancel: e.Cancel, Jobs: e.Jobs}, elog); err != nil {
+		if err := q.Do(actx, trigger.Decision{Cancel: e.Cancel, Jobs: e.Jobs}, elog, nil); err != nil {
 			return err
 		}
 		q.metrics.Drained.Inc()

@@ -119,7 +119,9 @@ func (s *Server) DeadLetters(ctx context.Context, limit int) ([]DeadLetter, erro
 }
 
 // Jobs returns the jobs of the index that match f (see Index.List).
-func (s *Server) Jobs(f Filter, offset, limit int) ([]Recent, int) { return s.Index.List(f, offset, limit) }
+func (s *Server) Jobs(f Filter, offset, limit int) ([]Recent, int) {
+	return s.Index.List(f, offset, limit)
+}
 
 // Counts returns the number of jobs in each state.
 func (s *Server) Counts() map[proto.State]int { return s.Index.Counts() }

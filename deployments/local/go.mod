@@ -3,6 +3,7 @@ module github.com/orch-dev/orch/deployments/local
 go 1.26.8
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/orch-dev/orch/proto v0.0.0
 	github.com/orch-dev/orch/services/gateway v0.0.0
 	github.com/orch-dev/orch/services/notifier v0.0.0
@@ -15,6 +16,8 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/caarlos0/env/v11 v11.4.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect

@@ -12,8 +12,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +54,12 @@ func main() {
 	if err != nil {
 		service.Fatal(err)
 	}
+	if gw.APIToken == "" {
+		// The dashboard and the write endpoints need a token; a local run
+		// makes one up rather than leave them off.
+		gw.APIToken = randomToken()
+	}
+	fmt.Fprintf(os.Stderr, "\n  orch dashboard: %s\n  (a login link: it holds ORCH_API_TOKEN, keep it to yourself)\n\n", dashboardLink(gw))
 	service.Main(log, func(ctx context.Context) error { return run(ctx, gw, rn, nt, log) })
 }
 
@@ -90,6 +100,30 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// randomToken returns a fresh API token.
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// dashboardLink is the one-time login link of the gateway's dashboard:
+// under ORCH_PUBLIC_URL when set, else on this host's ORCH_HTTP_ADDR.
+func dashboardLink(gw gateway.Config) string {
+	base := strings.TrimRight(gw.PublicURL, "/")
+	if base == "" {
+		host, port, err := net.SplitHostPort(gw.HTTPAddr)
+		if err != nil {
+			host, port = "", "8080"
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "localhost"
+		}
+		base = "http://" + net.JoinHostPort(host, port)
+	}
+	return base + "/ui/login?token=" + url.QueryEscape(gw.APIToken)
 }
 
 // sampleRepos creates a sample git repository for every project whose

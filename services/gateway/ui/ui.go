@@ -116,11 +116,13 @@ func New(cfg Config) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	// The pages load only their own script and stylesheet, are never
-	// framed, and send no referrer (a URL may name a job).
+	// framed, and send no referrer to other sites (a URL may name a job).
+	// Same-origin requests keep theirs: with no-referrer a browser sends
+	// "Origin: null" on a form's POST, which sameOrigin refuses.
 	hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
 		"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Referrer-Policy", "same-origin")
 	hd.Set("X-Frame-Options", "DENY")
 	if h.cfg.APIToken == "" {
 		h.errorPage(w, r, http.StatusForbidden, "The dashboard is off: set ORCH_API_TOKEN on the gateway to turn it on.")

@@ -15,7 +15,7 @@ export ORCH_RETRY_DELAY    ?= 5s
 # The stand-in agent's knobs pass the runner's allow-list of variables.
 export ORCH_AGENT_ENV      ?= ORCH_STANDIN_EXIT,ORCH_STANDIN_SLEEP
 
-.PHONY: all build run sample test test-unit fuzz-short lint bench fuzz soak clean tidy
+.PHONY: all build run sample test test-unit fuzz-short lint bench fuzz soak clean tidy browser
 
 all: lint test
 
@@ -90,6 +90,13 @@ SOAK_N ?= 10000
 soak:
 	cd bench && ORCH_SOAK_N=$(SOAK_N) go test -count=1 -timeout 90m -run '^TestSoak$$' -v ./soak
 # --- end bench and soak ---
+
+## browser: install Debian's chromium, which the dashboard's browser tests
+## drive (they are skipped without it, except in CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 && echo "chromium is installed: $$(command -v chromium)" || \
+		{ SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 lint:
 	@set -e; for m in $(MODULES); do \

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,7 +63,26 @@ func printUsage(w io.Writer, gw gateway.Config, tokenFile string) {
 	}
 	fmt.Fprintf(w, "\norch is running. Send the sample webhook with `make sample`, then read the queue:\n"+
 		"  curl -s -H \"Authorization: Bearer %s\" %s/queue\n"+
-		"(every read of a job needs the token; webhooks, /healthz, /readyz and /metrics do not)\n\n", token, addr)
+		"(every read of a job needs the token; webhooks, /healthz, /readyz and /metrics do not)\n"+
+		"The dashboard, through a one-time login link (it holds the token: keep it to yourself):\n"+
+		"  %s\n\n", token, addr, dashboardLink(gw))
+}
+
+// dashboardLink is the one-time login link of the gateway's dashboard:
+// under ORCH_PUBLIC_URL when set, else on this host's ORCH_HTTP_ADDR.
+func dashboardLink(gw gateway.Config) string {
+	base := strings.TrimRight(gw.PublicURL, "/")
+	if base == "" {
+		host, port, err := net.SplitHostPort(gw.HTTPAddr)
+		if err != nil {
+			host, port = "", "8080"
+		}
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			host = "localhost"
+		}
+		base = "http://" + net.JoinHostPort(host, port)
+	}
+	return base + "/ui/login?token=" + url.QueryEscape(gw.APIToken)
 }
 
 // shortPath is path relative to the working directory when it is below it.

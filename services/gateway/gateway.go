@@ -27,6 +27,7 @@ import (
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/spool"
+	"github.com/orch-dev/orch/services/gateway/ui"
 )
 
 // Defaults of the gateway's settings.
@@ -132,6 +133,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
 	}
+	dashboard := ui.New(ui.Config{
+		Backend: srv, APIToken: cfg.APIToken, Log: log.Named("ui"),
+		Logs: &ui.FileLogs{Status: srv.Status},
+	})
+	srv.UI = dashboard
 
 	ln := cfg.Listener
 	if ln == nil {
@@ -173,6 +179,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 	}
+	hs.RegisterOnShutdown(dashboard.Close) // followed logs must not hold up the shutdown
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }() // ends with Shutdown below, which waits for it
 	log.Info("gateway listening", zap.String("addr", ln.Addr().String()), zap.Int("projects", len(reg.Projects())),

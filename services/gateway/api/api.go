@@ -3,7 +3,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -42,6 +41,9 @@ type Server struct {
 	APIToken     string
 	MaxBodyBytes int64
 	Now          func() time.Time
+	// UI, when set, serves the dashboard under /ui/; it checks its own
+	// session.
+	UI http.Handler
 
 	backend atomic.Pointer[backend]
 }
@@ -76,6 +78,10 @@ func (s *Server) Handler() http.Handler {
 	private.HandleFunc("/jobs/{id}", s.job).Methods(http.MethodGet)
 	private.HandleFunc("/jobs/{id}/cancel", s.cancel).Methods(http.MethodPost)
 	private.HandleFunc("/jobs/{id}/retry", s.retry).Methods(http.MethodPost)
+	if s.UI != nil {
+		r.PathPrefix("/ui/").Handler(s.UI)
+		r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")
 	})
@@ -165,26 +171,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 		Counts: s.Index.Counts(), Recent: s.Index.Recent(limit),
 		Spool: SpoolFigures{Depth: s.Queue.SpoolDepth()},
 	}
-	// Stream and consumer figures are best effort: the counts, the recent
-	// list and the spool still answer while NATS is away. Both are O(1)
-	// info requests, whatever the queue depth.
-	if b := s.backend.Load(); b != nil && b.nc.Status() == nats.CONNECTED {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if st, err := b.js.Stream(ctx, proto.StreamJobs); err == nil {
-			if info, err := st.Info(ctx); err == nil {
-				ans.Stream = &StreamFigures{Name: info.Config.Name, Messages: info.State.Msgs, Bytes: info.State.Bytes}
-			}
-			if c, err := st.Consumer(ctx, proto.ConsumerRunner); err == nil {
-				if info, err := c.Info(ctx); err == nil {
-					ans.Consumer = &ConsumerFigures{
-						Name: info.Name, Pending: info.NumPending, Running: info.NumAckPending,
-						Redelivered: info.NumRedelivered, Waiting: info.NumWaiting,
-					}
-				}
-			}
-		}
-	}
+	ans.Stream, ans.Consumer = s.Figures(r.Context())
 	writeJSON(w, http.StatusOK, ans)
 }
 

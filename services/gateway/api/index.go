@@ -35,6 +35,9 @@ type Recent struct {
 	State     proto.State `json:"state"`
 	Attempt   int         `json:"attempt"`
 	UpdatedAt time.Time   `json:"updated_at"`
+	Runner    string      `json:"runner,omitempty"`
+	CostUSD   float64     `json:"cost_usd,omitempty"`
+	CreatedAt time.Time   `json:"created_at,omitzero"`
 }
 
 type taskKey struct{ project, task string }
@@ -100,6 +103,7 @@ func (ix *Index) Put(st *proto.Status) {
 	r := &Recent{
 		ID: st.Job.ID, Kind: st.Job.Kind, Project: st.Job.Project, Task: st.Job.Task.ID,
 		State: st.State, Attempt: st.Attempt, UpdatedAt: st.UpdatedAt,
+		Runner: st.Runner, CostUSD: st.CostUSD, CreatedAt: st.Job.CreatedAt,
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()

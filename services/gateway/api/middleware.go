@@ -20,8 +20,11 @@ var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 type logKey struct{}
 
 // logFrom is the request's logger: every line carries its request id.
-func logFrom(r *http.Request) *zap.Logger {
-	if l, ok := r.Context().Value(logKey{}).(*zap.Logger); ok {
+func logFrom(r *http.Request) *zap.Logger { return logFromContext(r.Context()) }
+
+// logFromContext is the logger of the request ctx belongs to.
+func logFromContext(ctx context.Context) *zap.Logger {
+	if l, ok := ctx.Value(logKey{}).(*zap.Logger); ok {
 		return l
 	}
 	return zap.NewNop()
@@ -39,6 +42,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection's writer, so
+// streamed answers can flush and lift the write deadline.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {

@@ -1,0 +1,78 @@
+// orch dashboard: live updates and log following. Everything here is an
+// addition; every page works without it.
+(function () {
+  "use strict";
+
+  var POLL_MS = 2000;
+
+  // refresh re-reads the page and swaps each [data-live] part whose
+  // content changed. A part with data-key is swapped only when the key
+  // changes, so a followed log is not thrown away on every poll.
+  function refresh() {
+    if (document.hidden) return Promise.resolve();
+    return fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: { "X-Orch-Live": "1" } })
+      .then(function (res) {
+        if (!res.ok || res.redirected) return;
+        return res.text().then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html");
+          document.querySelectorAll("[data-live][id]").forEach(function (old) {
+            var neu = fresh.getElementById(old.id);
+            if (!neu) return;
+            if (old.hasAttribute("data-key")) {
+              if (old.getAttribute("data-key") === neu.getAttribute("data-key")) return;
+            } else if (old.innerHTML === neu.innerHTML) {
+              return;
+            }
+            old.replaceWith(document.importNode(neu, true));
+          });
+          followAll();
+        });
+      })
+      .catch(function () { /* the next poll tries again */ });
+  }
+
+  function schedule() {
+    setTimeout(function () { refresh().then(schedule, schedule); }, POLL_MS);
+  }
+
+  // follow streams a running attempt's log into its <pre>.
+  function follow(pre) {
+    if (pre.getAttribute("data-following")) return;
+    pre.setAttribute("data-following", "1");
+    var url = pre.getAttribute("data-follow");
+    var started = false;
+    fetch(url, { credentials: "same-origin", cache: "no-store" }).then(function (res) {
+      if (!res.ok || !res.body) throw new Error("log " + res.status);
+      var reader = res.body.getReader();
+      var dec = new TextDecoder();
+      function pump() {
+        return reader.read().then(function (r) {
+          if (r.done) return;
+          var nearEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 40;
+          if (!started) { pre.textContent = ""; started = true; }
+          pre.appendChild(document.createTextNode(dec.decode(r.value, { stream: true })));
+          if (nearEnd) pre.scrollTop = pre.scrollHeight;
+          return pump();
+        });
+      }
+      return pump();
+    }).catch(function () {
+      // No log yet (the agent is starting) or the stream broke: try again
+      // while this attempt is still on the page.
+      setTimeout(function () {
+        if (!document.body.contains(pre)) return;
+        pre.removeAttribute("data-following");
+        follow(pre);
+      }, 1500);
+    });
+  }
+
+  function followAll() {
+    document.querySelectorAll("pre[data-follow]").forEach(follow);
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    followAll();
+    if (document.body.hasAttribute("data-live-page")) schedule();
+  });
+})();

@@ -1,0 +1,201 @@
+// Package ui is orch's dashboard: server-rendered pages under /ui/ that
+// show the queue, every job with its agent's log, and the dead letters,
+// and cancel or retry a job. The templates, the stylesheet and the one
+// small script are embedded in the binary; nothing is fetched from
+// elsewhere, so the dashboard works offline and needs no build step.
+//
+// Every page works without JavaScript; the script only adds live updates
+// (it re-reads the page and swaps the parts marked data-live) and follows
+// a running attempt's log as it grows.
+package ui
+
+import (
+	"context"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/api"
+)
+
+// Prefix is the path under which the dashboard is served.
+const Prefix = "/ui/"
+
+// PageSize is how many jobs the queue page lists at a time.
+const PageSize = 50
+
+// DeadLetterLimit is how many dead letters the dead-letter page lists.
+const DeadLetterLimit = 200
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Backend is what the dashboard reads and does; *api.Server is one, so a
+// cancel or retry from a page runs the very code of the JSON API.
+type Backend interface {
+	Counts() map[proto.State]int
+	Jobs(f api.Filter, offset, limit int) ([]api.Recent, int)
+	Figures(ctx context.Context) (*api.StreamFigures, *api.ConsumerFigures)
+	SpoolDepth() int
+	Projects() []string
+	Status(ctx context.Context, id string) (*proto.Status, error)
+	Cancel(ctx context.Context, id string) (*api.JobChange, error)
+	Retry(ctx context.Context, id string) (*api.JobChange, error)
+	DeadLetters(ctx context.Context, limit int) ([]api.DeadLetter, error)
+}
+
+var _ Backend = (*api.Server)(nil)
+
+// Config is what the dashboard needs.
+type Config struct {
+	// Backend answers the dashboard's reads and actions.
+	Backend Backend
+	// Logs reads an attempt's agent output; nil shows "log not available".
+	Logs LogReader
+	// APIToken is ORCH_API_TOKEN: the login's password and the root of
+	// the session keys. Empty turns the dashboard off.
+	APIToken string
+	// Log is the dashboard's logger.
+	Log *zap.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the dashboard. Close ends the log streams it is serving,
+// so that a gateway shutting down does not wait for them.
+type Handler struct {
+	cfg    Config
+	keys   keys
+	pages  map[string]*template.Template
+	router *mux.Router
+
+	// life ends with Close.
+	life context.Context
+	end  context.CancelFunc
+}
+
+// New returns the dashboard's handler.
+func New(cfg Config) *Handler {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	h := &Handler{cfg: cfg, keys: newKeys(cfg.APIToken), pages: parsePages()}
+	h.life, h.end = context.WithCancel(context.Background())
+	r := mux.NewRouter()
+	static, _ := fs.Sub(staticFS, "static")
+	r.PathPrefix(Prefix + "static/").Handler(staticHandler(http.StripPrefix(Prefix+"static/", http.FileServerFS(static))))
+	r.HandleFunc(Prefix+"login", h.loginPage).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"login", h.login).Methods(http.MethodPost)
+	r.HandleFunc(Prefix+"logout", h.post(h.logout)).Methods(http.MethodPost)
+	r.HandleFunc(Prefix, h.get(h.queuePage)).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"dead-letters", h.get(h.deadLettersPage)).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"jobs/{id}", h.get(h.jobPage)).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"jobs/{id}/log", h.get(h.logText)).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry}", h.get(h.confirmPage)).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry}", h.post(h.act)).Methods(http.MethodPost)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.errorPage(w, r, http.StatusNotFound, "There is no such page.")
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.errorPage(w, r, http.StatusMethodNotAllowed, "Method "+r.Method+" is not allowed here.")
+	})
+	h.router = r
+	return h
+}
+
+// ServeHTTP serves a dashboard request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	// The pages load only their own script and stylesheet, are never
+	// framed, and send no referrer to other sites (a URL may name a job).
+	// Same-origin requests keep theirs: with no-referrer a browser sends
+	// "Origin: null" on a form's POST, which sameOrigin refuses.
+	hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "same-origin")
+	hd.Set("X-Frame-Options", "DENY")
+	if h.cfg.APIToken == "" {
+		h.errorPage(w, r, http.StatusForbidden, "The dashboard is off: set ORCH_API_TOKEN on the gateway to turn it on.")
+		return
+	}
+	h.router.ServeHTTP(w, r)
+}
+
+// Close ends the log streams being served; further ones end at once.
+func (h *Handler) Close() { h.end() }
+
+func (h *Handler) now() time.Time {
+	if h.cfg.Now != nil {
+		return h.cfg.Now()
+	}
+	return time.Now()
+}
+
+// staticHandler lets browsers keep the stylesheet and script for an hour.
+func staticHandler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		next.ServeHTTP(w, r)
+	})
+}
+
+type sessionKey struct{}
+
+// get guards a page: without a session it sends the browser to the login,
+// which brings it back here afterwards.
+func (h *Handler) get(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		nonce, ok := h.sessionOf(r)
+		if !ok {
+			// A link followed from another site (a chat, a mail) arrives
+			// without the SameSite=Strict cookie even when there is one.
+			// Reloading from this page makes the request same-site, and
+			// the cookie comes along.
+			if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+				h.render(w, r, http.StatusOK, "bounce", page{Title: "orch", Data: r.URL.RequestURI()})
+				return
+			}
+			http.Redirect(w, r, Prefix+"login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, nonce)))
+	}
+}
+
+// post guards an action: a session, a same-origin request and the
+// session's CSRF token, or 403.
+func (h *Handler) post(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		nonce, ok := h.sessionOf(r)
+		if !ok {
+			h.errorPage(w, r, http.StatusUnauthorized, "Your session has ended. Log in again and repeat the action.")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if !sameOrigin(r) || !h.keys.csrfOK(nonce, r.PostFormValue(csrfField)) {
+			h.cfg.Log.Warn("dashboard action refused: CSRF check failed", zap.String("path", r.URL.Path))
+			h.errorPage(w, r, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
+			return
+		}
+		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, nonce)))
+	}
+}
+
+// csrfOf is the CSRF token for the forms of the request's page.
+func (h *Handler) csrfOf(r *http.Request) string {
+	nonce, _ := r.Context().Value(sessionKey{}).(string)
+	if nonce == "" {
+		return ""
+	}
+	return h.keys.csrf(nonce)
+}

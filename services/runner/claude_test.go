@@ -187,3 +187,41 @@ func TestClaudeFlagsAndIdentity(t *testing.T) {
 		t.Error("a script agent got CLAUDE_CODE_MAX_RETRIES")
 	}
 }
+
+// Claude Code that prints no result object and exits non-zero (as root it
+// refuses bypassPermissions with one line of text) leaves its words in the
+// record's error, not a bare exit status; and what an earlier attempt
+// reported (session, turns) does not stay in the record of a later
+// attempt that reported nothing.
+func TestClaudeWithoutResultRecorded(t *testing.T) {
+	e := newEnv(t, "")
+	transcript, err := filepath.Abs(filepath.Join("agent", "testdata", "api-error-500-2.1.197.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused, err := filepath.Abs(filepath.Join("agent", "testdata", "root-refused-2.1.197.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(e.dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt fails on the API, the second refuses to start.
+	body := fmt.Sprintf("#!/bin/sh\nif [ \"$ORCH_ATTEMPT\" = 1 ]; then cat %q; else cat %q; fi\nexit 1\n", transcript, refused)
+	if err := os.WriteFile(filepath.Join(bin, "claude"), []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config("r1", filepath.Join(bin, "claude")+" -p --output-format stream-json --verbose")
+	cfg.MaxAttempts = 2
+	e.start(cfg)
+	j := job("claude-no-result", "task-refused", proto.KindImplement)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
+	if want := "exit status 1: --dangerously-skip-permissions cannot be used with root/sudo privileges"; !strings.Contains(st.Error, want) {
+		t.Errorf("error %q lacks %q", st.Error, want)
+	}
+	if st.Attempt != 2 || st.SessionID != "" || st.Turns != 0 || st.Result != "" {
+		t.Errorf("record %+v, want attempt 2 with no session, turns or result of attempt 1", st)
+	}
+}

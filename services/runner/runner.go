@@ -430,6 +430,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		st.State, st.Attempt, st.MaxAttempts = proto.StateRunning, attempt, r.cfg.MaxAttempts
 		st.Runner, st.StartedAt, st.FinishedAt = r.cfg.Name, time.Now().UTC(), time.Time{}
 		st.Log, st.Error, st.ExitCode = logPath, "", nil
+		st.Result, st.CostUSD, st.Turns, st.SessionID = "", 0, 0, ""
 	})
 	switch {
 	case err != nil:
@@ -481,6 +482,8 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	} else if c != nil {
 		out.claude = c
 		out.res = c.Judge(out.res)
+	} else if agent.IsClaude(argv) {
+		out.res = agent.JudgeWithoutResult(out.res, logPath)
 	}
 	return out
 }
@@ -589,7 +592,9 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 				if res.Err != nil {
 					st.Error = res.Err.Error()
 				}
-				st.Result = ""
+				// What the agent reported is this attempt's: an attempt
+				// without a report shows none, not an earlier attempt's.
+				st.Result, st.CostUSD, st.Turns, st.SessionID = "", 0, 0, ""
 				if c := out.claude; c != nil {
 					st.CostUSD, st.Turns, st.SessionID = c.TotalCostUSD, c.NumTurns, c.SessionID
 					// A failed run's text is already its error.

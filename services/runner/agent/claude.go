@@ -45,8 +45,14 @@ type ClaudeResult struct {
 	// such as "API Error: 500 ...".
 	Result string `json:"result"`
 	// TerminalReason says why the run ended ("completed", "api_error",
-	// ...); older versions print only Subtype ("error_max_turns").
+	// ...); older versions print only Subtype ("error_max_turns"). A run
+	// that ended on an API error may still say "completed" with subtype
+	// "success" and is_error true (Claude Code 2.1.197).
 	TerminalReason string `json:"terminal_reason"`
+	// APIErrorStatus is the HTTP status of the API call that ended the
+	// run (500, 429, ...); 0 when there was none or no answer at all (a
+	// timed-out call).
+	APIErrorStatus int `json:"api_error_status"`
 	// PermissionDenials are the tool calls nobody approved. A run with
 	// any exits 0 and reports no error, yet did not do what they would
 	// have done.
@@ -87,11 +93,21 @@ func (c *ClaudeResult) Err() error {
 	if !c.IsError {
 		return nil
 	}
-	reason := c.Subtype
-	if c.TerminalReason != "" && c.TerminalReason != "completed" {
-		reason = c.TerminalReason
+	var why []string
+	switch {
+	case c.TerminalReason != "" && c.TerminalReason != "completed":
+		why = append(why, c.TerminalReason)
+	case c.Subtype != "" && c.Subtype != "success":
+		why = append(why, c.Subtype)
 	}
-	return fmt.Errorf("agent reported an error (%s): %s", reason, cut(strings.TrimSpace(c.Result), ErrorTextMax))
+	if c.APIErrorStatus != 0 {
+		why = append(why, fmt.Sprintf("HTTP %d", c.APIErrorStatus))
+	}
+	text := cut(strings.TrimSpace(c.Result), ErrorTextMax)
+	if len(why) == 0 {
+		return fmt.Errorf("agent reported an error: %s", text)
+	}
+	return fmt.Errorf("agent reported an error (%s): %s", strings.Join(why, ", "), text)
 }
 
 // Judge folds Claude Code's account of a run into res, the account of its
@@ -116,6 +132,45 @@ func (c *ClaudeResult) Judge(res Result) Result {
 		res.Err = fmt.Errorf("%w (%v)", err, exit)
 	}
 	return res
+}
+
+// JudgeWithoutResult is Judge for a Claude Code run that printed no result
+// object, because Claude Code refused to start (as root with
+// bypassPermissions, an unknown flag, no credentials) or died. A non-zero
+// exit gets the last line of the attempt's log at logPath, where Claude
+// Code printed why, instead of a bare exit status. A run stopped by orch
+// keeps its cause.
+func JudgeWithoutResult(res Result, logPath string) Result {
+	var exit *exec.ExitError
+	if !errors.As(res.Err, &exit) || errors.Is(res.Err, ErrTimeout) {
+		return res
+	}
+	if line := lastLine(logPath); line != "" {
+		res.Err = fmt.Errorf("%w: %s", res.Err, cut(line, ErrorTextMax))
+	}
+	return res
+}
+
+// lastLine is the last non-empty line of the file at path, read from its
+// last 4 KiB; "" when there is none or the file cannot be read.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const tail = 4 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > tail {
+		if _, err := f.Seek(fi.Size()-tail, io.SeekStart); err != nil {
+			return ""
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // howToAllow says what agent_permissions setting would allow tools: file

@@ -33,7 +33,17 @@ func TestClaudeTranscripts(t *testing.T) {
 		{file: "permission-denied.jsonl", cost: 0.012, turns: 2, session: "b06ba3bf-a677-4451-ab20-ce90df0a0022",
 			errHas: []string{"denied Bash (1 call)", "allowed_tools: [Bash]"}, denied: true, deniedTools: []string{"Bash"}},
 		{file: "api-error-500.jsonl", exit: 1, turns: 1, session: "0a2e2308-9d14-4a47-abab-3109b005c18e",
-			errHas: []string{"(api_error): API Error: 500 fake upstream exploded", "exit status 1"}},
+			errHas: []string{"(api_error, HTTP 500): API Error: 500 fake upstream exploded", "exit status 1"}},
+		// Claude Code 2.1.197 ends an API failure with subtype "success"
+		// and terminal_reason "completed": the error names the HTTP
+		// status, not "success".
+		{file: "api-error-500-2.1.197.jsonl", exit: 1, turns: 1, session: "7b9fa534-7a1f-480b-8a97-4f4e16f335cd",
+			errHas: []string{"agent reported an error (HTTP 500): API Error: 500 Internal server error", "exit status 1"}},
+		{file: "api-error-429-2.1.197.jsonl", exit: 1, turns: 1, session: "a02d9c7a-22ee-494c-bd46-161983064f23",
+			errHas: []string{"agent reported an error (HTTP 429): API Error: Request rejected (429)", "exit status 1"}},
+		// A call that got no answer within API_TIMEOUT_MS has no status.
+		{file: "api-timeout-2.1.197.jsonl", exit: 1, turns: 1, session: "25ef39e2-1083-4e0f-ab2a-f352941d800e",
+			errHas: []string{"agent reported an error: Request timed out (exit status 1)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -61,6 +71,9 @@ func TestClaudeTranscripts(t *testing.T) {
 			}
 			if res.Err == nil {
 				t.Fatal("judged a success, want a failure")
+			}
+			if strings.Contains(res.Err.Error(), "(success") {
+				t.Errorf("error %q calls a failure a success", res.Err)
 			}
 			for _, want := range tt.errHas {
 				if !strings.Contains(res.Err.Error(), want) {

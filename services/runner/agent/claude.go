@@ -274,7 +274,7 @@ const (
 	// default is 10).
 	ClaudeMaxRetriesEnv = "CLAUDE_CODE_MAX_RETRIES"
 	// ClaudeMaxRetriesDefault is what the runner sets when the runner's
-	// environment does not: about 7.5s of backoff rides out a blip, and a
+	// environment does not: 7.5 to 9.4s of backoff rides out a blip, and a
 	// longer outage ends the run with Claude Code's error text, which the
 	// status record keeps, and is retried by orch after ORCH_RETRY_DELAY,
 	// spread over minutes instead of seconds.
@@ -317,13 +317,16 @@ const ClaudeAPITimeoutDefault = 10 * time.Minute
 
 // ClaudeRetrySpan is the longest Claude Code can spend on one API call
 // that keeps failing: every try running into the API timeout, plus the
-// backoff between tries (0.5s doubling, at most 32s each). A watchdog
-// shorter than this can stop the agent in the middle of its own retries,
-// and the job's error is then a timeout instead of the API's error text.
+// backoff between tries (0.5s doubling, at most 32s each, plus up to a
+// quarter of it in jitter: Claude Code 2.1.197 waited 0.55, 1.15, 2.50
+// and 4.61 s). A watchdog shorter than this can stop the agent in the
+// middle of its own retries, and the job's error is then a timeout
+// instead of the API's error text.
 func ClaudeRetrySpan(retries int, apiTimeout time.Duration) time.Duration {
 	span := time.Duration(retries+1) * apiTimeout
 	for i := range retries {
-		span += min(500*time.Millisecond<<min(i, 6), 32*time.Second)
+		backoff := min(500*time.Millisecond<<min(i, 6), 32*time.Second)
+		span += backoff + backoff/4
 	}
 	return span
 }

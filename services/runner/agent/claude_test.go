@@ -162,13 +162,13 @@ func TestWithPermissions(t *testing.T) {
 // watchdog, so an outage ends in Claude Code's error text.
 func TestClaudeRetrySpanFitsTheDefaultWatchdog(t *testing.T) {
 	span := agent.ClaudeRetrySpan(agent.ClaudeMaxRetriesDefault, agent.ClaudeAPITimeoutDefault)
-	if want := 50*time.Minute + 7500*time.Millisecond; span != want {
-		t.Errorf("span %v, want %v: 5 tries of 10 minutes and 0.5+1+2+4 s of backoff", span, want)
+	if want := 50*time.Minute + 9375*time.Millisecond; span != want {
+		t.Errorf("span %v, want %v: 5 tries of 10 minutes and 0.5+1+2+4 s of backoff, each with up to 25%% jitter", span, want)
 	}
 	if span >= 60*time.Minute {
 		t.Errorf("span %v is not below the default watchdog of 60m", span)
 	}
-	if got := agent.ClaudeRetrySpan(10, time.Second); got != 11*time.Second+(500+1000+2000+4000+8000+16000+32000*4)*time.Millisecond {
+	if got := agent.ClaudeRetrySpan(10, time.Second); got != 11*time.Second+(500+1000+2000+4000+8000+16000+32000*4)*1250*time.Microsecond {
 		t.Errorf("10 retries of 1s: span %v; the backoff caps at 32s", got)
 	}
 }

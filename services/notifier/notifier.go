@@ -321,10 +321,10 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// jobURL is the link to the job in the gateway, if there is one.
+// jobURL is the link to the job's dashboard page, if there is a public URL.
 func (n *Notifier) jobURL(id string) string {
 	if n.cfg.PublicURL == "" {
 		return ""
 	}
-	return strings.TrimRight(n.cfg.PublicURL, "/") + "/jobs/" + id
+	return strings.TrimRight(n.cfg.PublicURL, "/") + "/ui/jobs/" + id
 }

@@ -59,7 +59,7 @@ func TestTerminalFailure(t *testing.T) {
 				tc.reason,
 				"Cost: $0.42 (7 turns)",
 				"Job: <code>" + job.ID + "</code>",
-				`<a href="https://orch.example.com/jobs/` + job.ID + `">details</a>`,
+				`<a href="https://orch.example.com/ui/jobs/` + job.ID + `">details</a>`,
 				"Error: agent exited with code 3: want &lt;expected&gt;",
 				"agent line 39\nFAIL: want &lt;expected&gt; &amp; got &lt;nil&gt;</pre>",
 			} {

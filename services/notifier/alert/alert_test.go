@@ -21,7 +21,7 @@ func failure() Failure {
 		},
 		Attempts: 3, Reason: "failed on every attempt",
 		LogTail: "line 1\nline <2> & 🚀",
-		JobURL:  "https://orch.example.com/jobs/abc123",
+		JobURL:  "https://orch.example.com/ui/jobs/abc123",
 	}
 }
 
@@ -35,7 +35,7 @@ func TestRender(t *testing.T) {
 		"Exit code: 2\n",
 		"Reason: failed on every attempt\n",
 		"Cost: $1.50\n",
-		`Job: <code>abc123</code> · <a href="https://orch.example.com/jobs/abc123">details</a>`,
+		`Job: <code>abc123</code> · <a href="https://orch.example.com/ui/jobs/abc123">details</a>`,
 		"Error: exit 2: &lt;nil&gt; &amp; ошибка",
 		"<pre>line 1\nline &lt;2&gt; &amp; 🚀</pre>",
 	} {

@@ -78,6 +78,9 @@ func FromEnv(cfg any) error {
 	return nil
 }
 
+// logOutputs is where loggers write: standard error (tests add a file).
+var logOutputs = []string{"stderr"}
+
 // NewLogger builds the zap logger the common settings ask for.
 func NewLogger(c Common, name string) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(cmp.Or(c.LogLevel, LogLevelDefault))
@@ -88,6 +91,11 @@ func NewLogger(c Common, name string) (*zap.Logger, error) {
 	switch cmp.Or(c.LogFormat, LogFormatDefault) {
 	case "json":
 		zc = zap.NewProductionConfig()
+		// Timestamps a person and a log pipeline both read (RFC 3339,
+		// UTC offset included), and durations as Go's duration strings
+		// ("1m30s"), so no number in a log line has an unnamed unit.
+		zc.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+		zc.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
 	case "console":
 		zc = zap.NewDevelopmentConfig()
 	default:
@@ -96,6 +104,7 @@ func NewLogger(c Common, name string) (*zap.Logger, error) {
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.Sampling = nil
 	zc.DisableStacktrace = true
+	zc.OutputPaths = append([]string(nil), logOutputs...)
 	log, err := zc.Build()
 	if err != nil {
 		return nil, fmt.Errorf("building logger: %w", err)

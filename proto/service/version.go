@@ -13,6 +13,7 @@ import (
 // binary calls it first, so `<binary> -version` answers without reading any
 // configuration or touching the network.
 func HandleVersion(name, version string) {
+	buildVersion = version
 	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	show := fs.Bool("version", false, "print the version and exit")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits 2 with usage
@@ -21,3 +22,11 @@ func HandleVersion(name, version string) {
 		os.Exit(0)
 	}
 }
+
+// buildVersion is the version HandleVersion was given.
+var buildVersion = "dev"
+
+// Version is the version the binary was stamped with, as given to
+// HandleVersion; "dev" in a process that never called it (tests, `make
+// run`). orch_build_info reports it.
+func Version() string { return buildVersion }

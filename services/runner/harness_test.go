@@ -163,7 +163,9 @@ func (e *env) startProcess(name, agentCommand string, vars ...string) *process {
 	p.cmd.Env = append(append(os.Environ(), runnerProcessEnv+"=1",
 		"ORCH_NATS_URL="+e.srv.URL(), "ORCH_DATA_DIR="+e.dir, "ORCH_PROJECTS_FILE="+e.projects,
 		"ORCH_AGENT_COMMAND="+agentCommand, "ORCH_WORKSPACE_DIR="+filepath.Join(e.dir, "ws-"+name),
-		"ORCH_RUNNER_NAME="+name, "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console"), vars...)
+		"ORCH_RUNNER_NAME="+name, "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console",
+		// Any free port: runner processes run side by side.
+		"ORCH_HTTP_ADDR=127.0.0.1:0"), vars...)
 	logf, err := os.Create(p.log)
 	if err != nil {
 		e.t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -92,6 +93,13 @@ type Config struct {
 	// and SIGKILL when it is stopped (watchdog, cancel, shutdown, lost
 	// lease). Default 5s.
 	KillGrace time.Duration `env:"AGENT_KILL_GRACE"`
+	// HTTPAddr is where /healthz, /readyz and /metrics are served.
+	// Read from the environment it defaults to HTTPAddrDefault (":8081");
+	// a Config built in Go with it empty serves nothing, so that several
+	// runners can share a process.
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8081"`
+	// Listener, when set, is served instead of HTTPAddr (tests).
+	Listener net.Listener `env:"-"`
 }
 
 // SetDefaults fills the zero fields with their defaults.
@@ -145,6 +153,7 @@ type Runner struct {
 	ws       *workspace.Workspace
 	argv     []string
 	envAllow []string
+	metrics  *metrics
 }
 
 // Run pulls and runs jobs until ctx is cancelled, then stops taking jobs,
@@ -176,11 +185,19 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return fmt.Errorf("cleaning workspace: %w", err)
 	}
 
+	m := newMetrics()
+	httpSrv, err := service.ServeHTTP(cfg.HTTPAddr, cfg.Listener, m.reg, m.ready, log.Named("http"))
+	if err != nil {
+		return err
+	}
+	defer httpSrv.Stop()
+
 	nc, js, kv, err := service.Connect(ctx, cfg.Common, "runner", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	m.nc.Store(nc)
 	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
 	if err != nil {
 		return fmt.Errorf("opening bucket %s: %w", proto.BucketTaskLocks, err)
@@ -188,11 +205,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
 		cfg: cfg, log: log, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
-		ws: ws, argv: argv,
+		ws: ws, argv: argv, metrics: m,
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	r.projects.Store(projs)
 	r.checkClaude(log, projs.reg)
+	m.known = func(key string) bool { _, ok := r.projects.Load().reg.ByKey(key); return ok }
 
 	// SIGHUP reloads the registry for as long as Run runs: the goroutine
 	// ends, and the signal goes back to its default, when Run returns.
@@ -289,10 +307,12 @@ func (r *Runner) consume(ctx context.Context, cons jetstream.Consumer) error {
 	if err != nil {
 		return fmt.Errorf("consuming: %w", err)
 	}
+	r.metrics.bound.Store(true)
 	r.log.Info("runner started", zap.String("runner", r.cfg.Name), zap.Int("max_concurrency", r.cfg.MaxConcurrency),
 		zap.Int("max_attempts", r.cfg.MaxAttempts), zap.Strings("agent", r.argv), zap.String("workspace", r.cfg.WorkspaceDir))
 
 	<-ctx.Done()
+	r.metrics.bound.Store(false)
 	r.log.Info("runner stopping: no new jobs", zap.Duration("grace", r.cfg.ShutdownGrace))
 	close(draining)
 	// Drain hands messages already buffered in the client to the handler,
@@ -362,6 +382,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		case proto.StateCancelled:
 			log.Info("job was cancelled before it ran: skipping")
 			_ = msg.TermWithReason(proto.ReasonCancelled)
+			r.metrics.settled(job, outcome{}, outcomeCancelled)
 			return
 		case proto.StateDone:
 			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
@@ -399,7 +420,9 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	lock.Store(l)
+	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt)
+	out.began = began
 	if jobCtx.Err() != nil && out.res.Err == nil {
 		// The agent finished as the job was being stopped: its success
 		// stands, unless the job is no longer this runner's.
@@ -416,6 +439,8 @@ type outcome struct {
 	// claude is Claude Code's result object, when the agent printed one.
 	claude *agent.ClaudeResult
 	log    string
+	// began is when the attempt started running, once it did.
+	began time.Time
 }
 
 // run records the job as running, prepares the worktree and runs the
@@ -443,6 +468,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	case !wrote:
 		return outcome{res: agent.Result{ExitCode: -1, Err: errSuperseded}}
 	}
+	r.metrics.started(job, attempt)
 
 	if job.Kind == proto.KindCleanup {
 		log.Info("removing the task's worktree")
@@ -453,7 +479,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	}
 
 	fail := func(err error) outcome { return outcome{res: agent.Result{ExitCode: -1, Err: err}, log: logPath} }
-	co, err := r.prepare(ctx, log, job, p)
+	co, err := r.prepareTimed(ctx, log, job, p)
 	if err != nil {
 		return fail(fmt.Errorf("preparing worktree: %w", err))
 	}
@@ -476,7 +502,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
 	}
 	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
-	out := outcome{res: agent.Run(ctx, spec), log: logPath}
+	out := outcome{res: r.runAgent(ctx, job, spec), log: logPath}
 	if c, err := agent.ParseClaudeResultFile(logPath); err != nil {
 		log.Warn("reading agent result", zap.Error(err))
 	} else if c != nil {
@@ -528,6 +554,7 @@ func (r *Runner) terminate(ctx context.Context, log *zap.Logger, msg jetstream.M
 	if err := msg.TermWithReason(proto.TermReason(job.ID, cause.Error())); err != nil {
 		log.Error("terminating message", zap.Error(err))
 	}
+	r.metrics.settled(job, outcome{}, outcomeFailed)
 }
 
 // watchCancel watches the job's record and stops the job with
@@ -621,6 +648,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		}
 	case errors.Is(res.Err, errCancelled):
 		r.recordCancelled(ctx, log, job, attempt, res)
+		r.metrics.settled(job, out, outcomeCancelled)
 		if err := msg.TermWithReason(proto.ReasonCancelled); err != nil {
 			log.Warn("terminating cancelled job", zap.Error(err))
 		}
@@ -629,8 +657,10 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		// JetStream has given or will give the job to another runner:
 		// leave the message and the record to it.
 		log.Warn("job lost to another runner: not settling it", zap.Error(res.Err))
+		r.metrics.settled(job, out, outcomeLostLease)
 	case errors.Is(res.Err, errShutdown):
 		record(proto.StateQueued)
+		r.metrics.settled(job, out, outcomeHandedBack)
 		// Handed back at once: the attempt was not the job's fault.
 		_ = msg.Nak()
 		log.Warn("job stopped by shutdown: handed back", zap.Error(res.Err))
@@ -650,6 +680,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		if !record(proto.StateDone) {
 			if st, _, err := r.status.Get(ctx, job.ID); err == nil && st.Attempt > attempt {
 				log.Warn("job done, but a later delivery owns it now: not acking")
+				r.metrics.settled(job, out, outcomeLostLease)
 				return
 			}
 		}
@@ -658,9 +689,11 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 			log.Warn("ack", zap.Error(err))
 		}
 		log.Info("job done", zap.Duration("took", res.Duration), zap.Float64("cost_usd", costOf(out.claude)))
+		r.metrics.settled(job, out, outcomeDone)
 	case attempt < r.cfg.MaxAttempts:
 		delay := RetryDelay(r.cfg.RetryDelay, r.cfg.RetryMaxDelay, attempt)
 		record(proto.StateRetrying)
+		r.metrics.settled(job, out, outcomeRetry)
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.Warn("nak", zap.Error(err))
 		}
@@ -669,6 +702,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		// The last attempt: JetStream's MAX_DELIVERIES advisory takes it
 		// to the notifier, which alerts and dead-letters it.
 		record(proto.StateFailed)
+		r.metrics.settled(job, out, outcomeFailed)
 		_ = msg.Nak()
 		log.Error("agent failed on its last attempt", zap.Error(res.Err), zap.Int("exit_code", res.ExitCode))
 	}

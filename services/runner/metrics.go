@@ -1,0 +1,197 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// HTTPAddrDefault is the default of ORCH_HTTP_ADDR for the runner.
+const HTTPAddrDefault = ":8081"
+
+// Outcomes of an attempt, the values of orch_runner_jobs_finished_total's
+// outcome label.
+const (
+	outcomeDone      = "done"
+	outcomeRetry     = "retry"
+	outcomeFailed    = "failed"
+	outcomeCancelled = "cancelled"
+	// outcomeLostLease: the job went to another runner (lease or lock
+	// lost, or a later delivery owns the record).
+	outcomeLostLease = "lost_lease"
+	// outcomeHandedBack: stopped by a shutdown and given back at once.
+	outcomeHandedBack = "handed_back"
+)
+
+// Buckets of the durations of work that takes minutes: from a second to
+// two hours, the agent timeout's range.
+var minutesBuckets = []float64{1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200}
+
+// metrics are the runner's Prometheus metrics and the state /readyz
+// reports. Every label value is bounded: kind is one of proto's kinds,
+// project a key of the registry (else "unknown"), outcome one of the
+// outcome constants, code an exit status 0-255 (else "none").
+type metrics struct {
+	reg      *prometheus.Registry
+	finished *prometheus.CounterVec
+	jobDur   *prometheus.HistogramVec
+	agentDur *prometheus.HistogramVec
+	prepDur  prometheus.Histogram
+	wait     *prometheus.HistogramVec
+	running  prometheus.Gauge
+	cost     *prometheus.CounterVec
+	turns    *prometheus.CounterVec
+	exits    *prometheus.CounterVec
+
+	// known says whether a project key is in the registry now; it is
+	// set before the first job.
+	known func(string) bool
+	// nc is the NATS connection, once there is one; bound is true while
+	// the consumer delivers jobs to this runner.
+	nc    atomic.Pointer[nats.Conn]
+	bound atomic.Bool
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg:   service.NewRegistry("runner"),
+		known: func(string) bool { return false },
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_runner_jobs_finished_total",
+			Help: "Attempts settled, by kind, project and outcome: done, retry, failed (last attempt or cannot run), cancelled, lost_lease (the job went to another runner), handed_back (shutdown).",
+		}, []string{"kind", "project", "outcome"}),
+		jobDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orch_runner_job_duration_seconds",
+			Help:    "One attempt from holding the task's lock to its settle (worktree, agent, status writes), by kind and outcome.",
+			Buckets: minutesBuckets,
+		}, []string{"kind", "outcome"}),
+		agentDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orch_runner_agent_duration_seconds",
+			Help:    "How long the agent process ran, by kind.",
+			Buckets: minutesBuckets,
+		}, []string{"kind"}),
+		prepDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "orch_runner_worktree_prepare_seconds",
+			Help:    "Fetching the project's clone and preparing the task's worktree.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orch_runner_queue_wait_seconds",
+			Help:    "From the job's creation (webhook accepted) to its first attempt starting, by kind.",
+			Buckets: []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600},
+		}, []string{"kind"}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orch_runner_agents_running",
+			Help: "Agent processes this runner runs now.",
+		}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_runner_cost_usd_total",
+			Help: "Cost the agent reported (Claude Code's total_cost_usd), by project and kind.",
+		}, []string{"project", "kind"}),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_runner_agent_turns_total",
+			Help: "Turns the agent reported (Claude Code's num_turns), by project and kind.",
+		}, []string{"project", "kind"}),
+		exits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_runner_agent_exits_total",
+			Help: "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.",
+		}, []string{"code"}),
+	}
+	m.reg.MustRegister(m.finished, m.jobDur, m.agentDur, m.prepDur, m.wait, m.running, m.cost, m.turns, m.exits,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "orch_runner_consumer_bound",
+			Help: "1 while this runner takes jobs from the runner consumer, else 0.",
+		}, func() float64 {
+			if m.bound.Load() {
+				return 1
+			}
+			return 0
+		}))
+	return m
+}
+
+// ready is /readyz: NATS connected and the consumer bound.
+func (m *metrics) ready() error {
+	nc := m.nc.Load()
+	switch {
+	case nc == nil:
+		return errors.New("nats: not connected yet")
+	case nc.Status() != nats.CONNECTED:
+		return errors.New("nats: " + nc.Status().String())
+	case !m.bound.Load():
+		return errors.New("consumer " + proto.ConsumerRunner + ": not taking jobs")
+	}
+	return nil
+}
+
+// labels are a job's kind and project as label values.
+func (m *metrics) labels(job *proto.Job) (kind, project string) {
+	kind, project = "unknown", "unknown"
+	if job == nil {
+		return kind, project
+	}
+	if job.Kind.Valid() {
+		kind = string(job.Kind)
+	}
+	if m.known(job.Project) {
+		project = job.Project
+	}
+	return kind, project
+}
+
+// started records the queue wait of a job's first attempt.
+func (m *metrics) started(job *proto.Job, attempt int) {
+	if attempt == 1 && !job.CreatedAt.IsZero() {
+		kind, _ := m.labels(job)
+		m.wait.WithLabelValues(kind).Observe(max(0, time.Since(job.CreatedAt).Seconds()))
+	}
+}
+
+// settled records how an attempt ended.
+func (m *metrics) settled(job *proto.Job, out outcome, result string) {
+	kind, project := m.labels(job)
+	m.finished.WithLabelValues(kind, project, result).Inc()
+	if !out.began.IsZero() {
+		m.jobDur.WithLabelValues(kind, result).Observe(time.Since(out.began).Seconds())
+	}
+	if c := out.claude; c != nil {
+		m.cost.WithLabelValues(project, kind).Add(max(0, c.TotalCostUSD))
+		m.turns.WithLabelValues(project, kind).Add(float64(max(0, c.NumTurns)))
+	}
+}
+
+// prepareTimed is prepare, timed.
+func (r *Runner) prepareTimed(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) (workspace.Checkout, error) {
+	start := time.Now()
+	co, err := r.prepare(ctx, log, job, p)
+	r.metrics.prepDur.Observe(time.Since(start).Seconds())
+	return co, err
+}
+
+// runAgent is agent.Run, counted among the agents running and timed.
+func (r *Runner) runAgent(ctx context.Context, job *proto.Job, spec agent.Spec) agent.Result {
+	m := r.metrics
+	m.running.Inc()
+	res := agent.Run(ctx, spec)
+	m.running.Dec()
+	kind, _ := m.labels(job)
+	m.agentDur.WithLabelValues(kind).Observe(res.Duration.Seconds())
+	code := "none"
+	if res.ExitCode >= 0 && res.ExitCode <= 255 {
+		code = strconv.Itoa(res.ExitCode)
+	}
+	m.exits.WithLabelValues(code).Inc()
+	return res
+}

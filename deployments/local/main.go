@@ -4,7 +4,9 @@
 // and the gateway, a runner and the notifier in one process. Every ORCH_
 // variable is honoured; Ctrl-C stops everything. Without ORCH_API_TOKEN
 // it makes one (kept in ORCH_DATA_DIR/api-token) and prints a curl that
-// uses it, since the gateway shows no job without a token.
+// uses it, since the gateway shows no job without a token. The gateway
+// listens on ORCH_HTTP_ADDR (:8080), the runner and the notifier on the next two
+// ports (:8081, :8082), each with /healthz, /readyz and /metrics.
 //
 // The runner clones every project's clone_url. A project of the registry
 // whose clone_url is a local path that does not exist yet (the sample
@@ -17,8 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -61,6 +65,27 @@ func loadConfig() (gw gateway.Config, rn runner.Config, nt notifier.Config, err 
 // telling the person at stdout how to read the queue.
 func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.Config, log *zap.Logger, stdout io.Writer) error {
 	rn.SetDefaults()
+	// The three services read the one ORCH_HTTP_ADDR: when it is set,
+	// the runner and the notifier listen on the two ports after the
+	// gateway's, else on their own defaults (:8080, :8081, :8082).
+	if _, set := os.LookupEnv(service.EnvPrefix + "HTTP_ADDR"); set {
+		var err error
+		if rn.HTTPAddr, err = portAfter(gw.HTTPAddr, 1); err != nil {
+			return err
+		}
+		if nt.HTTPAddr, err = portAfter(gw.HTTPAddr, 2); err != nil {
+			return err
+		}
+	}
+	var err error
+	if rn.Listener, err = listenOrAny(rn.HTTPAddr, "runner", log); err != nil {
+		return err
+	}
+	defer rn.Listener.Close() // a second Close, after the service's, is harmless
+	if nt.Listener, err = listenOrAny(nt.HTTPAddr, "notifier", log); err != nil {
+		return err
+	}
+	defer nt.Listener.Close()
 	if err := sampleRepos(ctx, rn.ProjectsFile, log); err != nil {
 		return err
 	}
@@ -101,6 +126,42 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// portAfter is addr with its port raised by n; port 0 (any free port)
+// stays 0.
+func portAfter(addr string, n int) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("ORCH_HTTP_ADDR: %w", err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", fmt.Errorf("ORCH_HTTP_ADDR: port %q: %w", port, err)
+	}
+	if p != 0 {
+		p += n
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p)), nil
+}
+
+// listenOrAny listens on addr or, when that port is taken, on any free
+// port of the same host, and says so: `make run` is for trying orch out,
+// and a busy :8081 should not stop it. The log line of each service
+// names the address it serves.
+func listenOrAny(addr, name string, log *zap.Logger) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err2 != nil {
+		return nil, fmt.Errorf("ORCH_HTTP_ADDR of the %s: %w", name, errors.Join(err, err2))
+	}
+	log.Warn("port taken: serving /healthz, /readyz and /metrics on another", zap.String("service", name),
+		zap.String("wanted", addr), zap.String("addr", ln.Addr().String()), zap.Error(err))
+	return ln, nil
 }
 
 // sampleRepos creates a sample git repository for every project whose

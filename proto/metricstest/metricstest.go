@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
@@ -26,19 +27,30 @@ type Exposition struct {
 	Samples map[string]float64
 }
 
+// client keeps no idle connection, so a test that checks for leaked
+// goroutines finds none of its.
+var client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+
+// Get gets url and returns the status code and body; code 0 when nothing
+// answered.
+func Get(url string) (int, string) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 // Scrape gets url (a /metrics endpoint) and parses the answer.
 func Scrape(t testing.TB, url string) *Exposition {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("scraping %s: %v", url, err)
+	code, body := Get(url)
+	if code != http.StatusOK {
+		t.Fatalf("scraping %s: %d %s", url, code, body)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scraping %s: %d %v", url, resp.StatusCode, err)
-	}
-	return Parse(string(body))
+	return Parse(body)
 }
 
 // Parse reads an exposition in the text format.

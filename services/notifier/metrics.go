@@ -3,25 +3,24 @@ package notifier
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"net"
-	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/service"
 )
 
+// HTTPAddrDefault is the default of ORCH_HTTP_ADDR for the notifier.
+const HTTPAddrDefault = ":8082"
+
 // metrics are the notifier's Prometheus metrics, in a registry of its own
-// so that several notifiers (tests, `make run`) can live in one process.
+// so that several notifiers (tests, `make run`) can live in one process,
+// and the state /readyz reports.
 type metrics struct {
 	reg          *prometheus.Registry
 	sent         prometheus.Counter
@@ -29,13 +28,19 @@ type metrics struct {
 	rateLimited  prometheus.Counter
 	deadLettered prometheus.Counter
 	advisories   *prometheus.CounterVec
-	// addr is where /metrics is served, once it is.
+	// addr is where /metrics is served, if it is.
 	addr string
+
+	// js is JetStream, once connected; bound is true while the notifier
+	// consumes advisories.
+	js    atomic.Pointer[jetstream.JetStream]
+	nc    atomic.Pointer[nats.Conn]
+	bound atomic.Bool
 }
 
-func newMetrics(js jetstream.JetStream) *metrics {
+func newMetrics() *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg: service.NewRegistry("notifier"),
 		sent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orch_notifier_alerts_sent_total",
 			Help: "Alerts Telegram accepted.",
@@ -60,23 +65,55 @@ func newMetrics(js jetstream.JetStream) *metrics {
 	for _, c := range []string{"rejected", "unavailable"} {
 		m.failed.WithLabelValues(c)
 	}
+	for _, o := range []string{outcomeAlerted, outcomeLogged, outcomeCancelled, outcomeDone, "unusable"} {
+		m.advisories.WithLabelValues(o)
+	}
 	m.reg.MustRegister(m.sent, m.failed, m.rateLimited, m.deadLettered, m.advisories,
-		dlqGauge(js),
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+		dlqGauge(m.jetStream), queueCollector{m.jetStream})
 	return m
+}
+
+// connected gives the metrics the NATS connection, once there is one.
+func (m *metrics) connected(nc *nats.Conn, js jetstream.JetStream) {
+	m.nc.Store(nc)
+	m.js.Store(&js)
+}
+
+// jetStream is JetStream, or nil before the notifier connected.
+func (m *metrics) jetStream() jetstream.JetStream {
+	if p := m.js.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ready is /readyz: NATS connected and the advisory consumer bound.
+func (m *metrics) ready() error {
+	nc := m.nc.Load()
+	switch {
+	case nc == nil:
+		return errors.New("nats: not connected yet")
+	case nc.Status() != nats.CONNECTED:
+		return errors.New("nats: " + nc.Status().String())
+	case !m.bound.Load():
+		return errors.New("consumer " + proto.ConsumerNotifier + ": not taking advisories")
+	}
+	return nil
 }
 
 // dlqGauge reports the messages in JOBS_DLQ, asked of JetStream at each
 // scrape; when it cannot answer, the last known figure.
-func dlqGauge(js jetstream.JetStream) prometheus.Collector {
+func dlqGauge(jetStream func() jetstream.JetStream) prometheus.Collector {
 	var last atomic.Uint64
 	last.Store(math.Float64bits(math.NaN()))
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "orch_notifier_dlq_messages",
 		Help: "Jobs in " + proto.StreamDLQ + " (failed for good, kept for inspection and re-run).",
 	}, func() float64 {
+		js := jetStream()
+		if js == nil {
+			return math.Float64frombits(last.Load())
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		if s, err := js.Stream(ctx, proto.StreamDLQ); err == nil {
@@ -86,33 +123,4 @@ func dlqGauge(js jetstream.JetStream) prometheus.Collector {
 		}
 		return math.Float64frombits(last.Load())
 	})
-}
-
-// serve serves /metrics on addr until the returned stop is called. An
-// empty addr serves nothing.
-func (m *metrics) serve(addr string, log *zap.Logger) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("ORCH_METRICS_ADDR: %w", err)
-	}
-	m.addr = ln.Addr().String()
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics listener", zap.Error(err))
-		}
-	})
-	log.Info("serving metrics", zap.String("addr", ln.Addr().String()))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		wg.Wait()
-	}, nil
 }

@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -95,9 +96,13 @@ type Config struct {
 	// RejectedDelay is the wait after Telegram rejected a message. Default
 	// RejectedDelayDefault.
 	RejectedDelay time.Duration `env:"NOTIFY_REJECTED_DELAY"`
-	// MetricsAddr is where /metrics is served, e.g. ":9102". Default
-	// empty: no listener.
-	MetricsAddr string `env:"METRICS_ADDR"`
+	// HTTPAddr is where /healthz, /readyz and /metrics are served.
+	// Read from the environment it defaults to HTTPAddrDefault (":8082");
+	// a Config built in Go with it empty serves nothing, so that several
+	// notifiers can share a process.
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8082"`
+	// Listener, when set, is served instead of HTTPAddr (tests).
+	Listener net.Listener `env:"-"`
 	Writeback
 }
 
@@ -159,12 +164,21 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	m := newMetrics()
+	httpSrv, err := service.ServeHTTP(cfg.HTTPAddr, cfg.Listener, m.reg, m.ready, log.Named("http"))
+	if err != nil {
+		return err
+	}
+	defer httpSrv.Stop()
+	m.addr = httpSrv.Addr()
+
 	nc, js, kv, err := service.Connect(ctx, cfg.Common, "notifier", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	n := &Notifier{cfg: cfg, hooks: h, ackWait: cmp.Or(h.ackWait, ackWait), log: log, js: js, status: status.New(kv), metrics: newMetrics(js)}
+	m.connected(nc, js)
+	n := &Notifier{cfg: cfg, hooks: h, ackWait: cmp.Or(h.ackWait, ackWait), log: log, js: js, status: status.New(kv), metrics: m}
 	if cfg.TelegramBotToken != "" {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		defer tr.CloseIdleConnections()
@@ -180,11 +194,8 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	if err != nil {
 		return fmt.Errorf("ensuring consumer %s: %w", proto.ConsumerNotifier, err)
 	}
-	stopMetrics, err := n.metrics.serve(cfg.MetricsAddr, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
+	m.bound.Store(true)
+	defer m.bound.Store(false)
 
 	log.Info("notifier started", zap.Bool("telegram", n.tg != nil), zap.Float64("rate", cfg.TelegramRate))
 	if h.started != nil {

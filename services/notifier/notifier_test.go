@@ -36,7 +36,7 @@ func TestTerminalFailure(t *testing.T) {
 			cfg := b.config()
 			cfg.PublicURL = "https://orch.example.com/"
 			cfg.TelegramThreadID = 77
-			cfg.MetricsAddr = "127.0.0.1:0"
+			cfg.HTTPAddr = "127.0.0.1:0"
 			r := b.start(cfg, hooks{})
 			job := b.queue("one", "Make the widget spin")
 			b.run(map[string]action{job.ID: tc.act})
@@ -522,7 +522,7 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	var c Config
 	c.SetDefaults()
-	if c.TelegramRate != 1 || c.RetryDelay != RetryDelayDefault || c.RejectedDelay != RejectedDelayDefault || c.MetricsAddr != "" {
+	if c.TelegramRate != 1 || c.RetryDelay != RetryDelayDefault || c.RejectedDelay != RejectedDelayDefault || c.HTTPAddr != "" {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, bad := range []Config{

@@ -122,6 +122,16 @@ func newMetrics() *metrics {
 	return m
 }
 
+// project readies the series of a registry project, so that its cost
+// and turns are served as 0 before its first job: a rate over them, and
+// the cost alert, have a start.
+func (m *metrics) project(key string) {
+	for _, k := range []proto.Kind{proto.KindImplement, proto.KindReview, proto.KindFix, proto.KindRespond} {
+		m.cost.WithLabelValues(key, string(k))
+		m.turns.WithLabelValues(key, string(k))
+	}
+}
+
 // ready is /readyz: NATS connected and the consumer bound.
 func (m *metrics) ready() error {
 	nc := m.nc.Load()

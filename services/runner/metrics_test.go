@@ -31,12 +31,8 @@ func listen(t *testing.T) net.Listener {
 
 func httpStatus(t *testing.T, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	code, _ := metricstest.Get(url)
+	return code
 }
 
 // TestMetrics runs a success, a failure, a job of an unknown project and

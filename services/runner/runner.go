@@ -211,6 +211,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	r.projects.Store(projs)
 	r.checkClaude(log, projs.reg)
 	m.known = func(key string) bool { _, ok := r.projects.Load().reg.ByKey(key); return ok }
+	for _, p := range projs.reg.Projects() {
+		m.project(p.Key)
+	}
 
 	// SIGHUP reloads the registry for as long as Run runs: the goroutine
 	// ends, and the signal goes back to its default, when Run returns.

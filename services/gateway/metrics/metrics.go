@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/service"
 )
 
 // Outcomes of a webhook, the values of the outcome label.
@@ -43,7 +43,7 @@ type Metrics struct {
 // scrape, so the figures are never stale.
 func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg: service.NewRegistry("gateway"),
 		Webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orch_gateway_webhooks_total",
 			Help: "Webhook deliveries by source, event and outcome.",
@@ -74,8 +74,11 @@ func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
 			m.Webhooks.WithLabelValues(source, EventOther, outcome)
 		}
 	}
-	m.reg.MustRegister(m.Webhooks, m.Publish, m.Drained, m.Reloads, spool, jobsCollector{jobCounts},
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Both results are served from the start, so that a rate over them
+	// has a zero to start from.
+	m.Reloads.WithLabelValues("ok")
+	m.Reloads.WithLabelValues("error")
+	m.reg.MustRegister(m.Webhooks, m.Publish, m.Drained, m.Reloads, spool, jobsCollector{jobCounts})
 	return m
 }
 

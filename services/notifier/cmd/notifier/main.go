@@ -3,6 +3,9 @@ package main
 
 import (
 	"context"
+	"os"
+
+	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/notifier"
@@ -20,6 +23,9 @@ func main() {
 	log, err := service.NewLogger(cfg.Common, "notifier")
 	if err != nil {
 		service.Fatal(err)
+	}
+	if _, set := os.LookupEnv(service.EnvPrefix + "METRICS_ADDR"); set {
+		log.Warn("ORCH_METRICS_ADDR is no longer read: /metrics is served on ORCH_HTTP_ADDR", zap.String("http_addr", cfg.HTTPAddr))
 	}
 	service.Main(log, func(ctx context.Context) error { return notifier.Run(ctx, cfg, log) })
 }

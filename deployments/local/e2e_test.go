@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/metricstest"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/gateway"
@@ -57,6 +58,8 @@ func (f *fakeTelegram) messages() []string {
 
 type system struct {
 	url      string // the gateway
+	runner   string // the runner's /healthz, /readyz, /metrics
+	notifier string // the notifier's
 	runsDir  string
 	telegram *fakeTelegram
 }
@@ -100,6 +103,8 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 		t.Fatal(err)
 	}
 	sys.url = "http://" + ln.Addr().String()
+	runnerLn, notifierLn := listen(t), listen(t)
+	sys.runner, sys.notifier = "http://"+runnerLn.Addr().String(), "http://"+notifierLn.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -113,11 +118,11 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 			return runner.Run(ctx, runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
 				RetryDelay: 50 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 2 * time.Second,
 				KillGrace:     500 * time.Millisecond, // below AckWait/3, as the runner asks
-				ShutdownGrace: time.Second}, log.Named("runner"))
+				ShutdownGrace: time.Second, Listener: runnerLn}, log.Named("runner"))
 		},
 		func() error {
 			return notifier.Run(ctx, notifier.Config{Common: common, TelegramBotToken: "123:abc", TelegramChatID: "42",
-				TelegramAPIURL: tg.URL, RetryDelay: 100 * time.Millisecond}, log.Named("notifier"))
+				TelegramAPIURL: tg.URL, RetryDelay: 100 * time.Millisecond, Listener: notifierLn}, log.Named("notifier"))
 		},
 	}
 	for _, run := range runs {
@@ -128,8 +133,12 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 		})
 	}
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		_, err := http.Get(sys.url + "/healthz")
-		return err
+		for _, u := range []string{sys.url, sys.runner, sys.notifier} {
+			if code, body := metricstest.Get(u + "/readyz"); code != http.StatusOK {
+				return fmt.Errorf("%s/readyz: %d %s", u, code, body)
+			}
+		}
+		return nil
 	})
 	return sys
 }
@@ -296,5 +305,9 @@ func TestEndToEnd(t *testing.T) {
 		if ans.Status.DLQSeq == 0 || !ans.Status.Alerted {
 			t.Errorf("status after failure = %+v, want dead-lettered and alerted", ans.Status)
 		}
+	})
+
+	t.Run("every service serves the metrics the README lists", func(t *testing.T) {
+		checkMetricsTable(t, map[string]string{"gateway": sys.url, "runner": sys.runner, "notifier": sys.notifier})
 	})
 }

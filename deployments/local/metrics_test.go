@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"net"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,69 +18,33 @@ func listen(t *testing.T) net.Listener {
 	return ln
 }
 
-// metricRow is one row of the README's metrics table.
-type metricRow struct {
-	name, service, typ string
-	labels             []string
-}
-
-// readmeMetrics parses the metrics table of the README: the rows whose
-// first cell is a backquoted orch_ name.
-func readmeMetrics(t *testing.T) []metricRow {
-	t.Helper()
-	f, err := os.Open("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	row := regexp.MustCompile("^\\| `(orch_[a-z0-9_]+)` \\| ([a-z]+) \\| ([a-z]+) \\|([^|]*)\\|")
-	label := regexp.MustCompile("`([a-z_]+)`")
-	var rows []metricRow
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := row.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		r := metricRow{name: m[1], service: m[2], typ: m[3]}
-		for _, l := range label.FindAllStringSubmatch(m[4], -1) {
-			r.labels = append(r.labels, l[1])
-		}
-		rows = append(rows, r)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) < 20 {
-		t.Fatalf("found %d metric rows in README.md: has the table moved or changed its shape?", len(rows))
-	}
-	return rows
-}
-
 // checkMetricsTable scrapes every service (name -> base URL), lints what
 // it serves, and checks it against the README's table both ways: every
 // listed metric is served, with its type and labels, and every orch_
 // metric served is listed.
 func checkMetricsTable(t *testing.T, services map[string]string) {
-	rows := readmeMetrics(t)
+	rows, err := metricstest.ReadTable("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for svc, base := range services {
 		m := metricstest.Scrape(t, base+"/metrics")
 		m.Lint(t)
 		listed := map[string]bool{}
 		for _, r := range rows {
-			if r.service != svc && r.service != "all" {
+			if r.Service != svc && r.Service != "all" {
 				continue
 			}
-			listed[r.name] = true
-			typ, ok := m.Types[r.name]
+			listed[r.Name] = true
+			typ, ok := m.Types[r.Name]
 			if !ok {
-				t.Errorf("%s: README lists %s, which /metrics does not serve", svc, r.name)
+				t.Errorf("%s: README lists %s, which /metrics does not serve", svc, r.Name)
 				continue
 			}
-			if typ != r.typ {
-				t.Errorf("%s: %s is a %s, README says %s", svc, r.name, typ, r.typ)
+			if typ != r.Type {
+				t.Errorf("%s: %s is a %s, README says %s", svc, r.Name, typ, r.Type)
 			}
-			for _, s := range m.Series(r.name) {
+			for _, s := range m.Series(r.Name) {
 				_, labels, _ := strings.Cut(s, "{")
 				var got []string
 				for kv := range strings.SplitSeq(strings.TrimSuffix(labels, "}"), ",") {
@@ -91,8 +52,8 @@ func checkMetricsTable(t *testing.T, services map[string]string) {
 						got = append(got, k)
 					}
 				}
-				if !slices.Equal(got, slices.Sorted(slices.Values(r.labels))) {
-					t.Errorf("%s: series %s has labels %v, README lists %v", svc, s, got, r.labels)
+				if !slices.Equal(got, slices.Sorted(slices.Values(r.Labels))) {
+					t.Errorf("%s: series %s has labels %v, README lists %v", svc, s, got, r.Labels)
 					break
 				}
 			}

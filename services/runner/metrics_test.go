@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,45 @@ func TestMetrics(t *testing.T) {
 	}
 	if got, _ := m.Value(`orch_runner_worktree_prepare_seconds_count`); got < 3 {
 		t.Errorf("worktree preparations counted %v, want at least 3", got)
+	}
+	// Jobs that name projects and kinds out of any list add no series:
+	// after a first batch has made the "unknown" ones, a second, larger
+	// batch leaves the count as it is.
+	orchSeries := func(m *metricstest.Exposition) int {
+		n := 0
+		for name := range m.Samples {
+			if strings.HasPrefix(name, "orch_") {
+				n++
+			}
+		}
+		return n
+	}
+	strangers := func(n int) {
+		var ids []string
+		for i := range n {
+			j := job(fmt.Sprintf("m-rand-%d-%d", n, i), "good", proto.Kind(fmt.Sprintf("kind-%d-%d", n, i)))
+			j.Project = fmt.Sprintf("project-%d-%d", n, i)
+			e.enqueue(j)
+			ids = append(ids, j.ID)
+		}
+		for _, id := range ids {
+			e.waitState(id, proto.StateFailed, 30*time.Second)
+		}
+		// The settle is counted just after the status write seen above.
+		natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			got, _ := metricstest.Scrape(t, base+"/metrics").Value(`orch_runner_jobs_finished_total{kind="unknown",outcome="failed",project="unknown"}`)
+			if int(got) < n {
+				return fmt.Errorf("%v jobs of unknown kinds counted, want at least %d", got, n)
+			}
+			return nil
+		})
+	}
+	strangers(3)
+	before := orchSeries(metricstest.Scrape(t, base+"/metrics"))
+	strangers(30)
+	m = metricstest.Scrape(t, base+"/metrics")
+	if after := orchSeries(m); after != before {
+		t.Errorf("30 jobs of unknown projects and kinds took the orch_ series from %d to %d", before, after)
 	}
 	for _, label := range []string{"kind", "project"} {
 		for _, v := range m.LabelValues("orch_runner_jobs_finished_total", label) {

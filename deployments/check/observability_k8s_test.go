@@ -21,25 +21,24 @@ func listenPort(addr string) int {
 	return p
 }
 
-// TestK8sScrapeAndProbes checks that Prometheus can find every service
+// TestK8sScrapeAndProbes checks, for every Deployment and StatefulSet, that Prometheus can find every service
 // and the kubelet can probe it: the pod's scrape annotations name the
-// container port ORCH_HTTP_ADDR listens on, and the runner and the
-// notifier, like the gateway, have a readiness probe on /readyz and a
-// liveness probe on /healthz on that port.
+// container port ORCH_HTTP_ADDR listens on, and every service has a
+// readiness probe (readyPath) and a liveness probe on /healthz on that
+// port.
 func TestK8sScrapeAndProbes(t *testing.T) {
 	o := loadK8s(t)
 	seen := map[string]bool{}
-	for _, d := range o.deployments {
-		svc := d.Spec.Template.Labels["app.kubernetes.io/component"]
-		seen[svc] = true
-		ann := d.Spec.Template.Annotations
+	for _, d := range o.workloads() {
+		seen[d.component()] = true
+		ann := d.template.Annotations
 		if ann["prometheus.io/scrape"] != "true" || ann["prometheus.io/path"] != "/metrics" {
-			t.Errorf("Deployment %s: pod annotations %v, want prometheus.io/scrape \"true\" and path /metrics", d.Name, ann)
+			t.Errorf("%s %s: pod annotations %v, want prometheus.io/scrape \"true\" and path /metrics", d.kind, d.name, ann)
 		}
-		if len(d.Spec.Template.Spec.Containers) == 0 {
-			t.Fatalf("Deployment %s has no container", d.Name)
+		if len(d.template.Spec.Containers) == 0 {
+			t.Fatalf("%s %s has no container", d.kind, d.name)
 		}
-		c := d.Spec.Template.Spec.Containers[0]
+		c := d.template.Spec.Containers[0]
 		var addr string
 		for _, e := range c.Env {
 			if e.Name == "ORCH_HTTP_ADDR" {
@@ -48,7 +47,7 @@ func TestK8sScrapeAndProbes(t *testing.T) {
 		}
 		port := listenPort(addr)
 		if port == 0 {
-			t.Errorf("Deployment %s: ORCH_HTTP_ADDR %q names no port", d.Name, addr)
+			t.Errorf("%s %s: ORCH_HTTP_ADDR %q names no port", d.kind, d.name, addr)
 			continue
 		}
 		var http *corev1.ContainerPort
@@ -58,26 +57,37 @@ func TestK8sScrapeAndProbes(t *testing.T) {
 			}
 		}
 		if http == nil || int(http.ContainerPort) != port {
-			t.Errorf("Deployment %s: container port \"http\" %v, want %d (ORCH_HTTP_ADDR)", d.Name, http, port)
+			t.Errorf("%s %s: container port \"http\" %v, want %d (ORCH_HTTP_ADDR)", d.kind, d.name, http, port)
 		}
 		if ann["prometheus.io/port"] != strconv.Itoa(port) {
-			t.Errorf("Deployment %s: prometheus.io/port %q, want %d (ORCH_HTTP_ADDR)", d.Name, ann["prometheus.io/port"], port)
+			t.Errorf("%s %s: prometheus.io/port %q, want %d (ORCH_HTTP_ADDR)", d.kind, d.name, ann["prometheus.io/port"], port)
 		}
 		for _, p := range []struct {
 			name string
 			pr   *corev1.Probe
 			path string
-		}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}} {
+		}{{"readiness", c.ReadinessProbe, readyPath(d.component())}, {"liveness", c.LivenessProbe, "/healthz"}} {
 			if p.pr == nil || p.pr.HTTPGet == nil || p.pr.HTTPGet.Path != p.path || p.pr.HTTPGet.Port.String() != "http" {
-				t.Errorf("Deployment %s: %s probe %+v, want GET %s on port http", d.Name, p.name, p.pr, p.path)
+				t.Errorf("%s %s: %s probe %+v, want GET %s on port http", d.kind, d.name, p.name, p.pr, p.path)
 			}
 		}
 	}
 	for _, svc := range []string{"gateway", "runner", "notifier"} {
 		if !seen[svc] {
-			t.Errorf("no Deployment of the %s", svc)
+			t.Errorf("no workload runs the %s", svc)
 		}
 	}
+}
+
+// readyPath is the readiness probe's path of a service. The gateway is
+// ready as soon as it serves (it spools webhooks while NATS is away, and
+// must keep getting them); the runner and the notifier only once NATS
+// answers and their consumer is bound.
+func readyPath(component string) string {
+	if component == "gateway" {
+		return "/healthz"
+	}
+	return "/readyz"
 }
 
 // TestNATSHelmExporter checks the NATS chart values turn on the chart's

@@ -89,22 +89,32 @@ func TestStdinAndLog(t *testing.T) {
 // even one that left the process group with setsid, and even when the
 // agent ignores SIGTERM.
 func TestWatchdogKillsGrandchildren(t *testing.T) {
-	dir := t.TempDir()
-	argv := script(t, dir, fmt.Sprintf(`trap '' TERM
+	// The watchdog may fire before a slow machine has run the script as
+	// far as its last pid file; then nothing was checked, so run again
+	// with twice the timeout until the agent was up when it fired.
+	for timeout := 500 * time.Millisecond; ; timeout *= 2 {
+		dir := t.TempDir()
+		argv := script(t, dir, fmt.Sprintf(`trap '' TERM
 sleep 300 & echo $! > %[1]s/child.pid
 setsid sleep 300 & echo $! > %[1]s/escaped.pid
 echo $$ > %[1]s/agent.pid
 while :; do sleep 1; done
 `, dir))
-	s := spec(t, argv)
-	s.Timeout = 500 * time.Millisecond
-	res := agent.Run(context.Background(), s)
-	if !errors.Is(res.Err, agent.ErrTimeout) || res.ExitCode != -1 {
-		t.Errorf("got %+v, want a timeout", res)
-	}
-	waitGone(t, readPid(t, filepath.Join(dir, "agent.pid")), readPid(t, filepath.Join(dir, "child.pid")), readPid(t, filepath.Join(dir, "escaped.pid")))
-	if data, _ := os.ReadFile(s.LogPath); !strings.Contains(string(data), "timeout") {
-		t.Errorf("log does not say timeout: %q", data)
+		s := spec(t, argv)
+		s.Timeout = timeout
+		res := agent.Run(context.Background(), s)
+		if !errors.Is(res.Err, agent.ErrTimeout) || res.ExitCode != -1 {
+			t.Errorf("got %+v, want a timeout", res)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "agent.pid")); err != nil && timeout < time.Minute {
+			t.Logf("the agent was not up after %v: trying again", timeout)
+			continue
+		}
+		waitGone(t, readPid(t, filepath.Join(dir, "agent.pid")), readPid(t, filepath.Join(dir, "child.pid")), readPid(t, filepath.Join(dir, "escaped.pid")))
+		if data, _ := os.ReadFile(s.LogPath); !strings.Contains(string(data), "timeout") {
+			t.Errorf("log does not say timeout: %q", data)
+		}
+		return
 	}
 }
 

@@ -83,6 +83,11 @@ func (p *Publisher) publish() {
 		p.pending[0] = outMsg{}
 		p.pending = p.pending[1:]
 		p.pendingLen -= len(m.data)
+		if len(p.pending) == 0 && !p.skipping && p.stats.DroppedBytes > p.notedBytes {
+			// There is room again: say what was dropped now, not only
+			// when the agent prints its next line.
+			p.dropNote()
+		}
 	}
 }
 

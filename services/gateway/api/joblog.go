@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -119,4 +120,36 @@ func (s *Server) attemptEnded(ctx context.Context, st *status.Store, id string, 
 	default:
 		return rec.State.Terminal()
 	}
+}
+
+// OpenLog returns the readable output of attempt n of the job st
+// describes, read from JOBS_LOGS: the dashboard's log reader. With follow
+// the reader waits for more output until the attempt ends or ctx ends.
+// Closing the reader stops the read and waits for it.
+func (s *Server) OpenLog(ctx context.Context, st *proto.Status, n int, follow bool) (io.ReadCloser, error) {
+	b := s.backend.Load()
+	if b == nil {
+		return nil, errors.New("log stream unavailable: not connected to NATS yet")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		opts := joblog.ReadOptions{Follow: follow,
+			Ended: func(ctx context.Context) bool { return s.attemptEnded(ctx, b.status, st.Job.ID, n) }}
+		pw.CloseWithError(joblog.Copy(ctx, b.js, st.Job.ID, n, pw, opts))
+	}()
+	return &pipeLog{PipeReader: pr, stop: func() { cancel(); _ = pr.Close(); <-done }}, nil
+}
+
+// pipeLog is the reader OpenLog returns: closing it ends its goroutine.
+type pipeLog struct {
+	*io.PipeReader
+	stop func()
+}
+
+func (p *pipeLog) Close() error {
+	p.stop()
+	return nil
 }

@@ -54,10 +54,6 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// Unwrap lets http.ResponseController reach the server's writer, so a
-// streaming answer (a followed log) can flush and lift its deadline.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // withRequestID gives every request an id, a logger carrying it, and one
 // access log line.
 func (s *Server) withRequestID(next http.Handler) http.Handler {

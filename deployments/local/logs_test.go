@@ -334,7 +334,7 @@ func TestAlertTailComesFromTheStream(t *testing.T) {
 	if !strings.Contains(msg, "FINAL: assertion failed in attempt 2") || strings.Contains(msg, "not readable here") {
 		t.Errorf("alert tail is not the last attempt's, read from the stream:\n%s", msg)
 	}
-	if !strings.Contains(msg, "https://orch.example.com/jobs/"+id+"/log") {
-		t.Errorf("alert does not link to the job's log:\n%s", msg)
+	if !strings.Contains(msg, "https://orch.example.com/ui/jobs/"+id) {
+		t.Errorf("alert does not link to the job's page:\n%s", msg)
 	}
 }

@@ -169,6 +169,19 @@ func Copy(ctx context.Context, js jetstream.JetStream, jobID string, attempt int
 	return nil
 }
 
+// HasOutput reports whether the attempt has any message in the stream.
+func HasOutput(ctx context.Context, js jetstream.JetStream, jobID string, attempt int) (bool, error) {
+	stream, err := js.Stream(ctx, proto.StreamLogs)
+	if err != nil {
+		return false, fmt.Errorf("opening stream %s: %w", proto.StreamLogs, err)
+	}
+	_, err = stream.GetLastMsgForSubject(ctx, proto.LogSubject(jobID, attempt))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // Tail returns the end of one attempt's readable output: at most maxBytes,
 // from the start of a line where it can. The end message carries it; an
 // attempt without one (its runner died) is read whole, keeping only the

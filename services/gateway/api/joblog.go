@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -131,6 +132,9 @@ func (s *Server) OpenLog(ctx context.Context, st *proto.Status, n int, follow bo
 	if b == nil {
 		return nil, errors.New("log stream unavailable: not connected to NATS yet")
 	}
+	if has, err := joblog.HasOutput(ctx, b.js, st.Job.ID, n); err != nil || (!has && !follow) {
+		return nil, cmp.Or(err, errNoOutput)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
@@ -142,6 +146,9 @@ func (s *Server) OpenLog(ctx context.Context, st *proto.Status, n int, follow bo
 	}()
 	return &pipeLog{PipeReader: pr, stop: func() { cancel(); _ = pr.Close(); <-done }}, nil
 }
+
+// errNoOutput says an attempt has no output in JOBS_LOGS.
+var errNoOutput = errors.New("no output")
 
 // pipeLog is the reader OpenLog returns: closing it ends its goroutine.
 type pipeLog struct {

@@ -30,7 +30,7 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
-const apiToken = "test-token"
+const logsToken = "logs-test-token"
 
 // logSystem is JetStream, two runners and a gateway and a notifier, each
 // with its own data directory: no service can read another's disk, so
@@ -96,7 +96,7 @@ func startLogSystem(t *testing.T) *logSystem {
 	runs := []func() error{
 		func() error {
 			return gateway.Run(ctx, gateway.Config{Common: common("gateway"), ProjectsFile: projects, GiteaSecret: "g",
-				PlaneSecret: "p", APIToken: apiToken, Listener: ln}, log.Named("gateway"))
+				PlaneSecret: "p", APIToken: logsToken, Listener: ln}, log.Named("gateway"))
 		},
 		func() error { return runner.Run(ctx, runnerCfg("runner-a"), log.Named("runner-a")) },
 		func() error { return runner.Run(ctx, runnerCfg("runner-b"), log.Named("runner-b")) },
@@ -130,7 +130,7 @@ func startLogSystem(t *testing.T) *logSystem {
 func (s *logSystem) request(t *testing.T, method, path string, body io.Reader) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequest(method, s.url+path, body)
-	req.Header.Set("Authorization", "Bearer "+apiToken)
+	req.Header.Set("Authorization", "Bearer "+logsToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -44,9 +44,14 @@ type Status struct {
 	Error       string    `json:"error,omitempty"`
 	// Log is the path of the attempt's agent log on the runner's host.
 	Log string `json:"log,omitempty"`
-	// CostUSD and Turns are what the agent reported, where it did.
+	// CostUSD and Turns are what the agent reported, where it did. While
+	// the agent runs they are its progress so far, updated every few
+	// seconds (Claude Code reports its cost only at the end).
 	CostUSD float64 `json:"cost_usd,omitempty"`
 	Turns   int     `json:"turns,omitempty"`
+	// LastActivity is when the agent last printed something, updated
+	// with the progress while it runs.
+	LastActivity time.Time `json:"last_activity,omitzero"`
 	// SessionID is the agent's own session id, where it reported one.
 	SessionID string `json:"session_id,omitempty"`
 	// Result is the agent's final message, where it reported one (Claude

@@ -1,6 +1,9 @@
 package proto
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Stream, consumer and bucket names.
 const (
@@ -18,6 +21,8 @@ const (
 	ConsumerNotifier = "notifier"
 	// BucketJobs is the KV bucket of status records, keyed by job id.
 	BucketJobs = "jobs"
+	// StreamLogs holds the agents' output, on LogSubject subjects.
+	StreamLogs = "JOBS_LOGS"
 )
 
 // Subjects and subject patterns.
@@ -26,6 +31,8 @@ const (
 	SubjectJobsAll = "jobs.>"
 	// SubjectDLQAll matches every dead-letter subject.
 	SubjectDLQAll = "dlq.>"
+	// SubjectLogsAll matches every log subject.
+	SubjectLogsAll = "logs.>"
 	// SubjectAdvisoryMaxDeliveries is published by JetStream when a job has
 	// been delivered MaxDeliver times without an ack.
 	SubjectAdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamJobs + ".*"
@@ -54,6 +61,11 @@ func JobSubject(project string, kind Kind) string {
 // DLQSubject is the subject of one dead-lettered job: dlq.<project>.<kind>.
 func DLQSubject(project string, kind Kind) string {
 	return "dlq." + Token(project) + "." + Token(string(kind))
+}
+
+// LogSubject is the subject of one attempt's output: logs.<job-id>.<attempt>.
+func LogSubject(jobID string, attempt int) string {
+	return "logs." + Token(jobID) + "." + strconv.Itoa(attempt)
 }
 
 // Token maps s onto the characters that are safe in a subject token, a KV

@@ -25,6 +25,13 @@ const (
 	// refreshed for AckWait plus the kill grace long before that; this only
 	// collects garbage.
 	TaskLocksMaxAge = 24 * time.Hour
+	// LogMaxAgeDefault is how long an attempt's output stays in StreamLogs.
+	LogMaxAgeDefault = 7 * 24 * time.Hour
+	// LogMaxBytesDefault bounds StreamLogs; the oldest output goes first.
+	LogMaxBytesDefault = 1 << 30
+	// LogDuplicateWindow is StreamLogs' dedupe window: long enough for a
+	// runner to retry a batch whose ack it lost in a NATS outage.
+	LogDuplicateWindow = 2 * time.Minute
 )
 
 // BucketTaskLocks is the KV bucket of task locks, keyed by
@@ -48,6 +55,10 @@ type Topology struct {
 	DuplicateWindow time.Duration
 	// StatusTTL of BucketJobs. Zero means StatusTTLDefault.
 	StatusTTL time.Duration
+	// LogMaxAge and LogMaxBytes bound StreamLogs. Zero means
+	// LogMaxAgeDefault and LogMaxBytesDefault.
+	LogMaxAge   time.Duration
+	LogMaxBytes int64
 }
 
 // JobsStream is the configuration of StreamJobs.
@@ -95,6 +106,23 @@ func (t Topology) DLQStream() jetstream.StreamConfig {
 	}
 }
 
+// LogsStream is the configuration of StreamLogs: limits retention, the
+// oldest output dropped first when a bound is reached.
+func (t Topology) LogsStream() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamLogs,
+		Description: "orch agents' output, one subject per attempt of a job",
+		Subjects:    []string{SubjectLogsAll},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+		MaxAge:      cmp.Or(t.LogMaxAge, LogMaxAgeDefault),
+		MaxBytes:    cmp.Or(t.LogMaxBytes, LogMaxBytesDefault),
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  LogDuplicateWindow,
+	}
+}
+
 // JobsBucket is the configuration of BucketJobs.
 func (t Topology) JobsBucket() jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
@@ -120,10 +148,10 @@ func (t Topology) TaskLocksBucket() jetstream.KeyValueConfig {
 }
 
 // Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ,
-// BucketJobs and BucketTaskLocks. It is idempotent and returns the status
+// StreamLogs, BucketJobs and BucketTaskLocks. It is idempotent and returns the status
 // bucket.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream()} {
+	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream(), t.LogsStream()} {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("ensuring stream %s: %w", cfg.Name, err)
 		}

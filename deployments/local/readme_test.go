@@ -432,13 +432,15 @@ func natsCLI(t *testing.T, lr *localRun, jobID string) {
 	bin := natsTool(t)
 	home := t.TempDir()
 	checks := map[string][]string{
-		"stream ls -a":                    {proto.StreamJobs, proto.StreamDLQ, proto.StreamAdvisories, "KV_jobs"},
-		"kv ls":                           {proto.BucketJobs, proto.BucketTaskLocks},
-		"stream view JOBS_DLQ":            {jobID},
-		"stream view JOBS_ADVISORIES":     {"MAX_DELIVERIES"},
-		"consumer info JOBS runner":       {"runner"},
-		"kv get jobs " + jobID + " --raw": {`"state":"failed"`},
-		"kv watch jobs":                   {jobID},
+		"stream ls -a":                              {proto.StreamJobs, proto.StreamDLQ, proto.StreamAdvisories, "KV_jobs"},
+		"kv ls":                                     {proto.BucketJobs, proto.BucketTaskLocks},
+		"stream view JOBS_DLQ":                      {jobID},
+		"stream view JOBS_ADVISORIES":               {"MAX_DELIVERIES"},
+		"consumer info JOBS runner":                 {"runner"},
+		"kv get jobs " + jobID + " --raw":           {`"state":"failed"`},
+		"kv watch jobs":                             {jobID},
+		"sub 'logs." + jobID + ".>' --all":          {"logs." + jobID + ".3", "stand-in agent: job " + jobID + " attempt 3"},
+		"sub 'logs." + jobID + ".3' --all -T --raw": {"stand-in agent: job " + jobID + " attempt 3"},
 	}
 	ran := 0
 	for _, line := range readmeBlock(t, "## Inspect with the nats CLI", "nats ") {
@@ -453,7 +455,7 @@ func natsCLI(t *testing.T, lr *localRun, jobID string) {
 		}
 		t.Run(cmd, func(t *testing.T) {
 			out := runInTerminal(t, bin, args[1:], []string{"NATS_URL=" + lr.natsURL, "HOME=" + home, "XDG_CONFIG_HOME=" + home},
-				strings.Contains(cmd, " watch "), checks[strings.TrimPrefix(cmd, "nats ")])
+				strings.Contains(cmd, " watch ") || strings.HasSuffix(cmd, "--all"), checks[strings.TrimPrefix(cmd, "nats ")])
 			for _, want := range checks[strings.TrimPrefix(cmd, "nats ")] {
 				if !strings.Contains(out, want) {
 					t.Errorf("%s: output lacks %q:\n%s", cmd, want, out)
@@ -462,8 +464,8 @@ func natsCLI(t *testing.T, lr *localRun, jobID string) {
 		})
 		ran++
 	}
-	if ran < 8 {
-		t.Errorf("ran %d nats commands from the README, want its 9", ran)
+	if ran < 10 {
+		t.Errorf("ran %d nats commands from the README, want its 11", ran)
 	}
 }
 

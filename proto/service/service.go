@@ -51,6 +51,10 @@ type Common struct {
 	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW"`
 	// StatusTTL is how long a job's status record is kept. Default 168h.
 	StatusTTL time.Duration `env:"STATUS_TTL"`
+	// LogMaxAge is how long agents' output is kept in JOBS_LOGS. Default 168h.
+	LogMaxAge time.Duration `env:"LOG_MAX_AGE"`
+	// LogMaxBytes bounds JOBS_LOGS; the oldest output goes first. Default 1GiB.
+	LogMaxBytes ByteSize `env:"LOG_MAX_BYTES"`
 }
 
 // SetDefaults fills the zero fields with their defaults.
@@ -62,11 +66,14 @@ func (c *Common) SetDefaults() {
 	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, proto.DuplicateWindowDefault)
 	c.StatusTTL = cmp.Or(c.StatusTTL, proto.StatusTTLDefault)
+	c.LogMaxAge = cmp.Or(c.LogMaxAge, proto.LogMaxAgeDefault)
+	c.LogMaxBytes = cmp.Or(c.LogMaxBytes, proto.LogMaxBytesDefault)
 }
 
 // Topology is the stream layout these settings ask for.
 func (c *Common) Topology() proto.Topology {
-	return proto.Topology{Replicas: c.StreamReplicas, DuplicateWindow: c.DuplicateWindow, StatusTTL: c.StatusTTL}
+	return proto.Topology{Replicas: c.StreamReplicas, DuplicateWindow: c.DuplicateWindow, StatusTTL: c.StatusTTL,
+		LogMaxAge: c.LogMaxAge, LogMaxBytes: int64(c.LogMaxBytes)}
 }
 
 // FromEnv parses cfg (a pointer to a service's Config) from the ORCH_

@@ -135,7 +135,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	dashboard := ui.New(ui.Config{
 		Backend: srv, APIToken: cfg.APIToken, Log: log.Named("ui"),
-		Logs: &ui.FileLogs{Status: srv.Status},
+		// Any gateway reads any runner's output from JOBS_LOGS.
+		Logs: srv,
 	})
 	srv.UI = dashboard
 

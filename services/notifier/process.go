@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/joblog"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/notifier/alert"
 	"github.com/orch-dev/orch/services/notifier/telegram"
@@ -123,7 +124,7 @@ func (n *Notifier) process(ctx context.Context, log *zap.Logger, adv *proto.Advi
 		log.Info("already alerted: not sending again")
 		res.outcome = outcomeDone
 	case n.tg == nil:
-		log.Warn("job failed for good (no Telegram configured)", zap.String("alert", n.render(f, st)))
+		log.Warn("job failed for good (no Telegram configured)", zap.String("alert", n.render(ctx, log, f, st)))
 	default:
 		res.outcome = outcomeAlerted
 		if res.sentAt, res.retryIn, err = n.alert(ctx, op, log, f, st); err != nil {
@@ -204,12 +205,29 @@ func (n *Notifier) failure(ctx context.Context, adv *proto.Advisory) (*failure, 
 func seqID(seq uint64) string { return "jobs-seq-" + strconv.FormatUint(seq, 10) }
 
 // render is the alert text of f.
-func (n *Notifier) render(f *failure, st *proto.Status) string {
+func (n *Notifier) render(ctx context.Context, log *zap.Logger, f *failure, st *proto.Status) string {
 	return alert.Render(alert.Failure{
 		Status: st, Attempts: f.attempts, Reason: f.reason,
-		LogTail: alert.LogTail(st.Log, alert.LogTailLines),
+		LogTail: n.logTail(ctx, log, st),
 		JobURL:  n.jobURL(st.Job.ID),
 	})
+}
+
+// logTail is the end of the readable output of the job's last attempt,
+// read from JOBS_LOGS, so that no disk is shared with the runner. Should
+// the stream not have it (a runner that cannot reach JetStream, output
+// aged out), the runner's log file stands in when it is readable here.
+func (n *Notifier) logTail(ctx context.Context, log *zap.Logger, st *proto.Status) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tail, err := joblog.Tail(ctx, n.js, st.Job.ID, st.Attempt, alert.LogTailBytes)
+	if err != nil {
+		log.Warn("reading the log tail from the stream", zap.Error(err))
+	}
+	if tail != "" {
+		return alert.LastLines(tail, alert.LogTailLines)
+	}
+	return alert.LogTail(st.Log, alert.LogTailLines)
 }
 
 // alert sends the message of one failure and records that it was sent.
@@ -218,7 +236,7 @@ func (n *Notifier) render(f *failure, st *proto.Status) string {
 // marker is written even during a shutdown. On error it may say how long
 // to wait before the next try.
 func (n *Notifier) alert(ctx, op context.Context, log *zap.Logger, f *failure, st *proto.Status) (sentAt time.Time, retryIn time.Duration, err error) {
-	text := n.render(f, st)
+	text := n.render(op, log, f, st)
 	if err := n.tg.Wait(ctx); err != nil {
 		return time.Time{}, 0, fmt.Errorf("waiting for Telegram's pace: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/notifier/writeback"
 )
@@ -96,6 +97,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	cfg := writeback.Config{
 		Registry: current.get, PublicURL: n.cfg.PublicURL, QueuedAfter: c.QueuedAfter,
 		Scrubber: writeback.Scrubber{Secrets: []string{c.GiteaToken, c.PlaneToken, n.cfg.TelegramBotToken}},
+		LogTail:  func(ctx context.Context, st *proto.Status) string { return n.logTail(ctx, log, st) },
 	}
 	if c.GiteaURL != "" {
 		cfg.Gitea = writeback.NewGitea(c.GiteaURL, c.GiteaToken, hc)

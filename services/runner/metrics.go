@@ -190,8 +190,8 @@ func (r *Runner) prepareTimed(ctx context.Context, log *zap.Logger, job *proto.J
 	return co, err
 }
 
-// runAgent is agent.Run, counted among the agents running and timed.
-func (r *Runner) runAgent(ctx context.Context, job *proto.Job, spec agent.Spec) agent.Result {
+// runAgentTimed is agent.Run, counted among the agents running and timed.
+func (r *Runner) runAgentTimed(ctx context.Context, job *proto.Job, spec agent.Spec) agent.Result {
 	m := r.metrics
 	m.running.Inc()
 	res := agent.Run(ctx, spec)

@@ -38,6 +38,7 @@ import (
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/logstream"
 	"github.com/orch-dev/orch/services/runner/prompt"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
@@ -54,6 +55,7 @@ const (
 	ShutdownGraceDefault  = 30 * time.Second
 	AckWaitDefault        = 30 * time.Second
 	KillGraceDefault      = agent.KillGraceDefault
+	LogBufferDefault      = logstream.BufferBytesDefault
 )
 
 // Config is the runner's configuration, read from ORCH_ variables.
@@ -100,6 +102,14 @@ type Config struct {
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8081"`
 	// Listener, when set, is served instead of HTTPAddr (tests).
 	Listener net.Listener `env:"-"`
+	// LogLocal keeps each attempt's output in a file under WorkspaceDir
+	// after the attempt; off, the file only buffers the output while the
+	// agent runs. JOBS_LOGS has the output either way. Default true.
+	LogLocal *bool `env:"LOG_LOCAL"`
+	// LogBuffer bounds the agent output a runner holds while JetStream
+	// does not take it; what does not fit is dropped, and the log says
+	// so. Default 8MiB.
+	LogBuffer service.ByteSize `env:"LOG_BUFFER"`
 }
 
 // SetDefaults fills the zero fields with their defaults.
@@ -116,6 +126,10 @@ func (c *Config) SetDefaults() {
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, ShutdownGraceDefault)
 	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
 	c.KillGrace = cmp.Or(c.KillGrace, KillGraceDefault)
+	if c.LogLocal == nil {
+		c.LogLocal = new(true)
+	}
+	c.LogBuffer = cmp.Or(c.LogBuffer, LogBufferDefault)
 	if c.Name == "" {
 		c.Name, _ = os.Hostname()
 	}
@@ -457,8 +471,12 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	wrote, st, err := r.write(ctx, job, attempt, func(st *proto.Status) {
 		st.State, st.Attempt, st.MaxAttempts = proto.StateRunning, attempt, r.cfg.MaxAttempts
 		st.Runner, st.StartedAt, st.FinishedAt = r.cfg.Name, time.Now().UTC(), time.Time{}
-		st.Log, st.Error, st.ExitCode = logPath, "", nil
+		st.Log, st.Error, st.ExitCode = "", "", nil
+		if *r.cfg.LogLocal {
+			st.Log = logPath
+		}
 		st.Result, st.CostUSD, st.Turns, st.SessionID = "", 0, 0, ""
+		st.LastActivity = time.Time{}
 	})
 	switch {
 	case err != nil:
@@ -505,7 +523,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
 	}
 	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
-	out := outcome{res: r.runAgent(ctx, job, spec), log: logPath}
+	out := outcome{res: r.runAgent(ctx, log, job, attempt, spec), log: logPath}
 	if c, err := agent.ParseClaudeResultFile(logPath); err != nil {
 		log.Warn("reading agent result", zap.Error(err))
 	} else if c != nil {
@@ -514,6 +532,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	} else if agent.IsClaude(argv) {
 		out.res = agent.JudgeWithoutResult(out.res, logPath)
 	}
+	r.dropLocalLog(log, logPath)
 	return out
 }
 

@@ -76,6 +76,7 @@ func (s *Server) Handler() http.Handler {
 	private.HandleFunc("/queue", s.queue).Methods(http.MethodGet)
 	private.HandleFunc("/jobs", s.enqueue).Methods(http.MethodPost)
 	private.HandleFunc("/jobs/{id}", s.job).Methods(http.MethodGet)
+	private.HandleFunc("/jobs/{id}/log", s.jobLog).Methods(http.MethodGet)
 	private.HandleFunc("/jobs/{id}/cancel", s.cancel).Methods(http.MethodPost)
 	private.HandleFunc("/jobs/{id}/retry", s.retry).Methods(http.MethodPost)
 	if s.UI != nil {

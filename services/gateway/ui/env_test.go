@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/joblog"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/gateway"
@@ -131,17 +132,17 @@ func (e *env) state(id string) proto.State {
 	return st.State
 }
 
-// writeLog writes attempt n's log where a runner would, and returns its path.
+// writeLog publishes output of attempt n to JOBS_LOGS as a runner does,
+// and returns the path a runner would name in the record.
 func (e *env) writeLog(id string, n int, text string) string {
 	e.t.Helper()
-	p := filepath.Join(e.logs, id, fmt.Sprintf("%d.log", n))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	msg := nats.NewMsg(proto.LogSubject(id, n))
+	msg.Header.Set(joblog.HeaderKind, joblog.KindBoth)
+	msg.Data = []byte(text)
+	if _, err := e.js.PublishMsg(context.Background(), msg); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		e.t.Fatal(err)
-	}
-	return p
+	return filepath.Join(e.logs, id, fmt.Sprintf("%d.log", n))
 }
 
 // deadLetter puts the job in JOBS_DLQ as the notifier does and records

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -141,76 +139,3 @@ func (h *Handler) logText(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
-
-// FileLogs reads the agent logs from the runner's workspace, which the
-// gateway can see when both run on one host (make run) or share the
-// workspace volume. The status record names the latest attempt's log file;
-// the others lie next to it as <attempt>.log.
-type FileLogs struct {
-	// Status reads the job's current record, to tell when a followed
-	// attempt has ended.
-	Status func(ctx context.Context, id string) (*proto.Status, error)
-	// Poll is how often a followed log is checked for more output.
-	// Default FilePollDefault.
-	Poll time.Duration
-}
-
-// FilePollDefault is the default of FileLogs.Poll.
-const FilePollDefault = 250 * time.Millisecond
-
-var _ LogReader = (*FileLogs)(nil)
-
-// OpenLog opens the attempt's log file. Only a file <n>.log in a directory
-// named as the job is opened, whatever the record says.
-func (l *FileLogs) OpenLog(ctx context.Context, st *proto.Status, n int, follow bool) (io.ReadCloser, error) {
-	if st.Log == "" || filepath.Base(filepath.Dir(st.Log)) != st.Job.ID || st.Job.ID == "" {
-		return nil, ErrNoLog
-	}
-	f, err := os.Open(filepath.Join(filepath.Dir(st.Log), strconv.Itoa(n)+".log"))
-	if err != nil {
-		return nil, ErrNoLog
-	}
-	if !follow || !attemptLive(st, n) {
-		return f, nil
-	}
-	poll := l.Poll
-	if poll <= 0 {
-		poll = FilePollDefault
-	}
-	return &followFile{f: f, ctx: ctx, poll: poll, live: func() bool {
-		cur, err := l.Status(ctx, st.Job.ID)
-		return err == nil && attemptLive(cur, n)
-	}}, nil
-}
-
-// followFile reads a growing file until live says its writer is done.
-type followFile struct {
-	f    *os.File
-	ctx  context.Context
-	poll time.Duration
-	live func() bool
-	done bool
-}
-
-func (ff *followFile) Read(p []byte) (int, error) {
-	for {
-		n, err := ff.f.Read(p)
-		if n > 0 || (err != nil && err != io.EOF) {
-			return n, err
-		}
-		if ff.done {
-			return 0, io.EOF
-		}
-		if !ff.live() {
-			ff.done = true // one more read catches the last output
-			continue
-		}
-		select {
-		case <-ff.ctx.Done():
-			return 0, io.EOF
-		case <-time.After(ff.poll):
-		}
-	}
-}
-
-func (ff *followFile) Close() error { return ff.f.Close() }

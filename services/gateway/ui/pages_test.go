@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -250,12 +249,7 @@ func TestLogIsPlainTextAndFollowsTheRunningAttempt(t *testing.T) {
 	if l := next(); l != "line one <b>" {
 		t.Fatalf("first line %q", l)
 	}
-	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(f, "line two")
-	f.Close()
+	e.writeLog("j1", 1, "line two\n")
 	if l := next(); l != "line two" {
 		t.Fatalf("second line %q", l)
 	}

@@ -18,6 +18,19 @@ import (
 // LogTailLines is how many lines of the agent's log an alert shows.
 const LogTailLines = 15
 
+// LogTailBytes bounds the part of the log an alert's tail is taken from.
+const LogTailBytes = 8 << 10
+
+// LastLines returns the last n lines of s.
+func LastLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Limits on single fields, so that one huge field cannot crowd out the
 // others.
 const (
@@ -36,7 +49,7 @@ type Failure struct {
 	// Reason is why JetStream gave up: every attempt failed, or the Term
 	// reason.
 	Reason string
-	// LogTail is the end of the agent's log, if it could be read here.
+	// LogTail is the end of the agent's readable log.
 	LogTail string
 	// JobURL links to the job in the gateway, if ORCH_PUBLIC_URL is set.
 	JobURL string

@@ -79,7 +79,7 @@ func (w *Writer) sync(ctx context.Context, st *proto.Status, rev uint64, fails i
 	if written && now.Before(rec.EditedAt.Add(w.cfg.MinEdit)) {
 		return outcome{next: rec.EditedAt.Add(w.cfg.MinEdit)} // coalesce
 	}
-	view := w.view(st)
+	view := w.view(ctx, st)
 	complete := true
 	showComment := rec.GiteaComment != 0 || rec.PlaneComment != "" || w.commentDue(st, now)
 	var next time.Time
@@ -130,14 +130,14 @@ func (w *Writer) commentDue(st *proto.Status, now time.Time) bool {
 }
 
 // view is what the comment shows of st, scrubbed of secrets and paths.
-func (w *Writer) view(st *proto.Status) View {
+func (w *Writer) view(ctx context.Context, st *proto.Status) View {
 	ws := WorkspaceOf(st.Log)
 	shown := *st
 	shown.Error = w.cfg.Scrubber.Scrub(st.Error, ws)
 	shown.Result = w.cfg.Scrubber.Scrub(st.Result, ws)
 	v := View{Status: &shown, JobURL: w.jobURL(st.Job.ID)}
 	if st.State == proto.StateFailed {
-		v.LogTail = w.cfg.Scrubber.Scrub(alert.LogTail(st.Log, LogTailLines), ws)
+		v.LogTail = w.cfg.Scrubber.Scrub(alert.LastLines(w.cfg.LogTail(ctx, st), LogTailLines), ws)
 	}
 	return v
 }

@@ -44,6 +44,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/services/notifier/alert"
 )
 
 // Defaults of the write-back settings.
@@ -88,6 +89,9 @@ type Config struct {
 	Workers                                                               int
 	// Scrubber cleans what came from the agent's run.
 	Scrubber Scrubber
+	// LogTail returns the end of the readable log of a job's last
+	// attempt. Default: the runner's log file, where it is readable here.
+	LogTail func(ctx context.Context, st *proto.Status) string
 }
 
 func (c *Config) setDefaults() {
@@ -98,6 +102,9 @@ func (c *Config) setDefaults() {
 	c.RejectedDelay = cmp.Or(c.RejectedDelay, RejectedDelayDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	if c.LogTail == nil {
+		c.LogTail = func(_ context.Context, st *proto.Status) string { return alert.LogTail(st.Log, LogTailLines) }
+	}
 	if c.Name == "" {
 		host, _ := os.Hostname()
 		var b [4]byte

@@ -1,0 +1,170 @@
+package logstream
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/proto/joblog"
+	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/services/runner/agent"
+)
+
+// readLog reads one attempt's readable output back from the stream.
+func readLog(t *testing.T, ctx context.Context, p *Publisher, cfg Config) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := joblog.Copy(ctx, cfg.JS, cfg.JobID, cfg.Attempt, &buf, joblog.ReadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String()
+}
+
+func TestJetStreamRestartWhileAgentPrints(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, _ := natstest.Connect(t, srv)
+	dir := t.TempDir()
+	// Phase 1 is published; during phase 2 JetStream is down, and phase 2
+	// is far more than the buffer; phase 3 comes once it is back.
+	script := fmt.Sprintf(`
+echo "phase1 start"
+while [ ! -e %[1]s/go1 ]; do sleep 0.02; done
+i=0; while [ $i -lt 5000 ]; do echo "phase2 line $i"; i=$((i+1)); done
+echo "phase2 done" > %[1]s/phase2
+while [ ! -e %[1]s/go2 ]; do sleep 0.02; done
+echo "phase3 end"
+`, dir)
+	cfg := Config{JS: js, JobID: "restart", Attempt: 1, Path: filepath.Join(dir, "agent.log"),
+		BufferBytes: 16 << 10, PublishTimeout: 500 * time.Millisecond}
+	p := Start(cfg)
+	ctx := context.Background()
+	done := make(chan agent.Result, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Spec{Argv: []string{"sh", "-c", script}, Dir: dir, Env: os.Environ(), LogPath: cfg.Path, Timeout: time.Minute})
+	}()
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if got := readLog(t, ctx, p, cfg); got != "phase1 start\n" {
+			return fmt.Errorf("stream has %q", got)
+		}
+		return nil
+	})
+
+	srv.Shutdown()
+	touch(t, filepath.Join(dir, "go1"))
+	// The agent prints all of phase 2 with JetStream away: it is not
+	// held up by its output.
+	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		_, err := os.Stat(filepath.Join(dir, "phase2"))
+		return err
+	})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Once JetStream is back, the buffer drains and the log says what
+	// was dropped; output after that is kept.
+	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if got := readLog(t, ctx, p, cfg); !strings.Contains(got, "dropped here") {
+			return fmt.Errorf("no drop note yet; %d bytes", len(got))
+		}
+		return nil
+	})
+	touch(t, filepath.Join(dir, "go2"))
+	res := <-done
+	if res.Err != nil {
+		t.Fatalf("agent: %v", res.Err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st := p.Close(cctx)
+	cancel()
+	if !st.Ended || st.DroppedLines == 0 {
+		t.Fatalf("stats %+v: want the end published and lines dropped", st)
+	}
+
+	// The log: phase 1, the kept start of phase 2 in order, a note of
+	// exactly what was dropped, phase 3.
+	got := readLog(t, ctx, p, cfg)
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if lines[0] != "phase1 start" || lines[len(lines)-1] != "phase3 end" {
+		t.Fatalf("log does not begin with phase 1 and end with phase 3:\n%s", got)
+	}
+	note := regexp.MustCompile(`^orch: (\d+) bytes \((\d+) lines\) of output dropped here`)
+	kept, notes := 0, 0
+	for _, l := range lines[1 : len(lines)-1] {
+		if m := note.FindStringSubmatch(l); m != nil {
+			notes++
+			n, _ := strconv.Atoi(m[2])
+			if int64(n) != st.DroppedLines {
+				t.Errorf("note says %d lines dropped, the publisher dropped %d", n, st.DroppedLines)
+			}
+			continue
+		}
+		if notes > 0 {
+			t.Errorf("phase 2 line %q after the drop note", l)
+		}
+		if want := fmt.Sprintf("phase2 line %d", kept); l != want {
+			t.Fatalf("kept line %d is %q, want %q", kept, l, want)
+		}
+		kept++
+	}
+	if notes != 1 || int64(kept)+st.DroppedLines != 5000 {
+		t.Errorf("%d notes, %d lines kept + %d dropped, want one note and 5000 lines", notes, kept, st.DroppedLines)
+	}
+	// The local file keeps everything.
+	if b, _ := os.ReadFile(cfg.Path); bytes.Count(b, []byte("\n")) != 5002 {
+		t.Errorf("local file has %d lines, want 5002", bytes.Count(b, []byte("\n")))
+	}
+}
+
+func touch(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// benchAgent prints lines as fast as it can, one write per line, as an
+// agent streaming its progress does.
+const benchAgent = `awk 'BEGIN { for (i = 0; i < 300000; i++) { print "line " i ": the agent reports what it does, as fast as it can print it"; fflush() } }'`
+
+// BenchmarkAgentOutput runs the same agent with its output to /dev/null
+// and through orch (log file, publisher, JetStream), and reports how much
+// longer the agent took through orch: slowdown-% (target: at most 10),
+// and over-file-%, against the agent writing a plain log file.
+func BenchmarkAgentOutput(b *testing.B) {
+	srv := natstest.Server(b)
+	nc, js, _ := natstest.Connect(b, srv)
+	dir := b.TempDir()
+	run := func(logPath string) time.Duration {
+		res := agent.Run(context.Background(), agent.Spec{Argv: []string{"sh", "-c", benchAgent}, Dir: dir, Env: os.Environ(), LogPath: logPath})
+		if res.Err != nil {
+			b.Fatal(res.Err)
+		}
+		return res.Duration
+	}
+	var plain, file, orch time.Duration
+	for i := 0; b.Loop(); i++ {
+		plain += run(os.DevNull)
+		file += run(filepath.Join(dir, fmt.Sprintf("file-%d.log", i)))
+		path := filepath.Join(dir, fmt.Sprintf("%d.log", i))
+		p := Start(Config{JS: js, JobID: "bench", Attempt: i + 1, Path: path, MaxPayload: nc.MaxPayload()})
+		orch += run(path)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if st := p.Close(ctx); !st.Ended {
+			b.Errorf("output not published: %+v", st)
+		}
+		cancel()
+	}
+	b.ReportMetric(100*(float64(orch)/float64(plain)-1), "slowdown-%")
+	// The same agent writing its log file with nothing following it,
+	// as a runner without JOBS_LOGS did: what the stream itself adds.
+	b.ReportMetric(100*(float64(orch)/float64(file)-1), "over-file-%")
+	b.ReportMetric(float64(plain.Milliseconds())/float64(b.N), "devnull-ms/run")
+	b.ReportMetric(float64(orch.Milliseconds())/float64(b.N), "orch-ms/run")
+}

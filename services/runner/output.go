@@ -1,0 +1,102 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/logstream"
+)
+
+// ProgressInterval is the least time between two progress updates of a
+// running job's status record: often enough to watch, rare enough that a
+// chatty agent does not turn into a stream of KV writes.
+const ProgressInterval = 3 * time.Second
+
+// LogDrainTimeout bounds how long a finished attempt waits for its last
+// output to reach JetStream before the job is settled anyway.
+const LogDrainTimeout = 10 * time.Second
+
+// runAgent runs the agent while its output is published to JOBS_LOGS and
+// its progress recorded, then publishes the rest of its output. The agent
+// writes to its log file; the publisher follows the file, so a JetStream
+// outage never holds the agent up (package logstream).
+func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec) agent.Result {
+	// A file left by an earlier run on this host would be read as this
+	// attempt's output before the agent truncates it.
+	_ = os.Remove(spec.LogPath)
+	pub := logstream.Start(logstream.Config{
+		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt, Path: spec.LogPath,
+		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer),
+	})
+	progCtx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
+	progDone := make(chan struct{})
+	go func() {
+		defer close(progDone)
+		r.recordProgress(progCtx, log, job, attempt, pub)
+	}()
+
+	res := r.runAgentTimed(ctx, job, spec)
+
+	stopProgress()
+	<-progDone
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LogDrainTimeout)
+	st := pub.Close(dctx)
+	cancel()
+	fields := []zap.Field{zap.Int64("bytes", st.Bytes), zap.Int("messages", st.Messages)}
+	switch {
+	case !st.Ended:
+		log.Warn("agent output not fully published", append(fields, zap.Int("unpublished", st.Unpublished))...)
+	case st.DroppedBytes > 0:
+		log.Warn("agent output partly dropped while JetStream was away", append(fields, zap.Int64("dropped_bytes", st.DroppedBytes))...)
+	default:
+		log.Debug("agent output published", fields...)
+	}
+	return res
+}
+
+// recordProgress writes the publisher's progress into the job's record
+// every ProgressInterval while it changes, as long as the record shows
+// this attempt running.
+func (r *Runner) recordProgress(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, pub *logstream.Publisher) {
+	t := time.NewTicker(ProgressInterval)
+	defer t.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		prog, activity := pub.Progress()
+		if activity.Equal(last) {
+			continue
+		}
+		last = activity
+		_, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
+			if st.State != proto.StateRunning || st.Attempt != attempt {
+				return false
+			}
+			st.Turns, st.CostUSD, st.LastActivity = prog.Turns, prog.CostUSD, activity.UTC()
+			return true
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Debug("recording progress", zap.Error(err))
+		}
+	}
+}
+
+// dropLocalLog removes the attempt's log file when ORCH_LOG_LOCAL is
+// off: it was the agent's buffer while it ran; the stream has the output.
+func (r *Runner) dropLocalLog(log *zap.Logger, path string) {
+	if *r.cfg.LogLocal || path == "" {
+		return
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		log.Warn("removing local agent log", zap.Error(err))
+	}
+}

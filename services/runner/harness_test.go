@@ -113,9 +113,12 @@ func (e *env) config(name, agentCommand string) runner.Config {
 		AgentTimeout:   time.Minute,
 		WorkspaceDir:   filepath.Join(e.dir, "ws-"+name),
 		ShutdownGrace:  time.Second,
-		AckWait:        time.Second,
-		KillGrace:      200 * time.Millisecond,
-		Name:           name,
+		// Short, so redeliveries come quickly, yet long enough that a
+		// heartbeat on a loaded 2-core machine under -race stays within
+		// the lease (2/3 of it): a lost lease reruns a job.
+		AckWait:   3 * time.Second,
+		KillGrace: 200 * time.Millisecond,
+		Name:      name,
 	}
 }
 

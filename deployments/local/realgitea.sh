@@ -2,7 +2,7 @@
 # realgitea.sh: run orch (as `make run` does) against a real, throwaway
 # Gitea and walk one pull request through every Gitea trigger and the
 # tracker write-back. Not part of `make test` (it needs a Gitea binary and
-# takes about two minutes); docs/gateway.md "Checked against real Gitea"
+# takes about two minutes); docs/notifier.md "Checked against real Gitea"
 # says how to build Gitea and what this checks.
 #
 #   GITEA=/path/to/gitea deployments/local/realgitea.sh
@@ -216,10 +216,11 @@ check "fix done, its comment too" waitfor 60 shows "$FX" "· done"
 n_tracking=$(comments "$PR" | jq '[.[] | select(.body | startswith("<!-- orch:job:"))] | length')
 check "one tracking comment per job ($n_tracking of 4)" test "$n_tracking" = 4
 # Each comment arrives as pull_request_comment created, each edit as edited.
+logged() { [ "$(grep -c "$2" "$ROOT/orch.log")" -ge "$1" ]; } # logged <n> <pattern>
 check "orch's comments answered ignored as the agent's own" \
-	test "$(grep -c "webhook ignored.*pull_request_comment.*agent's own account" "$ROOT/orch.log")" -ge 4
-check "their edits answered ignored" \
-	test "$(grep -c 'webhook ignored.*pull_request_comment.*action \\"edited\\"' "$ROOT/orch.log")" -ge 4
+	waitfor 30 logged 4 "webhook ignored.*pull_request_comment.*agent's own account"
+check "their edits answered ignored" waitfor 30 logged 4 'webhook ignored.*pull_request_comment.*action \\"edited\\"'
+
 check "no respond beyond alice's one" test "$(jobs_of respond | grep -c .)" = 1
 
 # --- a pull request deleted before its job's comment was written --------

@@ -19,8 +19,11 @@ type GiteaComment struct {
 	Index  int
 	Author string
 	Body   string
-	// Bodies lists the body after the create and after each edit.
+	// Bodies lists the body after the create and after each edit that
+	// changed it.
 	Bodies []string
+
+	created, updated time.Time
 }
 
 // GiteaStatus is one commit status the fake Gitea accepted.
@@ -28,9 +31,14 @@ type GiteaStatus struct {
 	SHA, State, Context, TargetURL, Description string
 }
 
-// Gitea is a fake Gitea 1.25 API under /api/v1: issue comments (list,
-// create, edit), pull requests (get) and commit statuses (create), with
-// "Authorization: token <Token>".
+// Gitea is a fake Gitea API under /api/v1: issue comments (list, create,
+// edit), issues and pull requests (get) and commit statuses (create), with
+// "Authorization: token <Token>". Its answers, errors included, are those
+// of Gitea 1.26.0, checked against a real one by
+// deployments/local/realgitea.sh (docs/notifier.md): a deleted pull
+// request answers 404 to a get but 500 to listing or adding comments, a
+// commit status is accepted for any commit of the repository (with any
+// state) and answered 500 for an unknown one.
 type Gitea struct {
 	*httptest.Server
 	faults
@@ -39,6 +47,7 @@ type Gitea struct {
 
 	mu       sync.Mutex
 	prs      map[string]string // "owner/repo#index" -> head sha
+	commits  map[string]bool   // every head sha ever added: commits outlive their pull request
 	comments []*GiteaComment
 	statuses []GiteaStatus
 	nextID   int64
@@ -46,17 +55,18 @@ type Gitea struct {
 
 // NewGitea starts a fake Gitea for the test.
 func NewGitea(t testing.TB, token, user string) *Gitea {
-	g := &Gitea{Token: token, User: user, prs: map[string]string{}, nextID: 100}
+	g := &Gitea{Token: token, User: user, prs: map[string]string{}, commits: map[string]bool{}, nextID: 100}
 	mux := http.NewServeMux()
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
 		mux.HandleFunc(pattern, g.wrap(pattern[strings.IndexByte(pattern, ' ')+1:], h))
 	}
 	route("GET /api/v1/repos/{owner}/{repo}/pulls/{index}", g.getPull)
+	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}", g.getIssue)
 	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}/comments", g.listComments)
 	route("POST /api/v1/repos/{owner}/{repo}/issues/{index}/comments", g.createComment)
 	route("PATCH /api/v1/repos/{owner}/{repo}/issues/comments/{id}", g.editComment)
 	route("POST /api/v1/repos/{owner}/{repo}/statuses/{sha}", g.createStatus)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusNotFound, giteaMsg("Not Found")) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusNotFound, giteaNotFound()) })
 	g.Server = httptest.NewServer(mux)
 	t.Cleanup(g.Close)
 	return g
@@ -64,15 +74,29 @@ func NewGitea(t testing.TB, token, user string) *Gitea {
 
 func giteaMsg(m string) any { return map[string]string{"message": m, "url": "/api/swagger"} }
 
-// AddPR makes pull request index of repo exist with head sha.
+// giteaNotFound is Gitea's 404 body; errs, when given, say what was missing.
+func giteaNotFound(errs ...string) any {
+	return map[string]any{"errors": errs, "message": "not found", "url": "/api/swagger"}
+}
+
+// giteaInternal answers as Gitea does to an error it did not expect: 500
+// with an empty message (the cause goes only to Gitea's log).
+func giteaInternal(w http.ResponseWriter) {
+	writeJSON(w, http.StatusInternalServerError, giteaMsg(""))
+}
+
+// AddPR makes pull request index of repo exist with head sha (again
+// with a new sha: a push to it).
 func (g *Gitea) AddPR(repo string, index int, sha string) {
 	g.mu.Lock()
 	g.prs[prKey(repo, index)] = sha
+	g.commits[sha] = true
 	g.mu.Unlock()
 }
 
-// DeletePR makes pull request index of repo, and its comments, vanish:
-// every call about it answers 404 from now on.
+// DeletePR makes pull request index of repo, and its comments, vanish as
+// an admin's delete does: a get of it or of a comment answers 404,
+// listing or adding comments 500; its commits stay and take statuses.
 func (g *Gitea) DeletePR(repo string, index int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -116,13 +140,18 @@ func (g *Gitea) Statuses(sha string) []GiteaStatus {
 
 func prKey(repo string, index int) string { return repo + "#" + strconv.Itoa(index) }
 
-// wrap checks the token, logs the request and applies a fault.
+// wrap checks the token, logs the request and applies a fault. Gitea
+// tells a missing token from a wrong one.
 func (g *Gitea) wrap(route string, h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		auth := r.Header.Get("Authorization")
 		ft := g.note(r, route, auth)
-		if auth != "token "+g.Token {
+		switch {
+		case auth == "":
 			writeJSON(w, http.StatusUnauthorized, giteaMsg("token is required"))
+			return
+		case auth != "token "+g.Token:
+			writeJSON(w, http.StatusUnauthorized, giteaMsg("invalid username, password or token"))
 			return
 		}
 		if ft != nil && !ft.After {
@@ -150,21 +179,37 @@ func (g *Gitea) getPull(w http.ResponseWriter, r *http.Request) {
 	_, index, sha, ok := g.pr(r)
 	g.mu.Unlock()
 	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaMsg("pull request does not exist"))
+		writeJSON(w, http.StatusNotFound, giteaNotFound())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"number": index, "state": "open",
-		"head": map[string]any{"sha": sha, "ref": "agent/task"},
+		"head": map[string]any{"sha": sha, "ref": "agent/task", "label": "agent/task"},
+	})
+}
+
+// getIssue answers for a pull request's issue, as Gitea does: every pull
+// request is an issue with the same number.
+func (g *Gitea) getIssue(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	repo, index, _, ok := g.pr(r)
+	g.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusNotFound, giteaNotFound())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"number": index, "state": "open",
+		"pull_request": map[string]any{"merged": false, "html_url": fmt.Sprintf("%s/%s/pulls/%d", g.URL, repo, index)},
 	})
 }
 
 func (g *Gitea) commentJSON(c *GiteaComment) any {
-	now := time.Now().UTC().Format(time.RFC3339)
+	pull := fmt.Sprintf("%s/%s/pulls/%d", g.URL, c.Repo, c.Index)
 	return map[string]any{
 		"id": c.ID, "body": c.Body, "user": map[string]any{"login": c.Author},
-		"html_url":   fmt.Sprintf("%s/%s/pulls/%d#issuecomment-%d", g.URL, c.Repo, c.Index, c.ID),
-		"created_at": now, "updated_at": now,
+		"html_url": fmt.Sprintf("%s#issuecomment-%d", pull, c.ID), "pull_request_url": pull, "issue_url": "",
+		"created_at": c.created.Format(time.RFC3339), "updated_at": c.updated.Format(time.RFC3339),
 	}
 }
 
@@ -173,7 +218,7 @@ func (g *Gitea) listComments(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	repo, index, _, ok := g.pr(r)
 	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaMsg("issue does not exist"))
+		giteaInternal(w) // Gitea 1.26 does not tell a missing issue here
 		return
 	}
 	out := []any{}
@@ -197,11 +242,12 @@ func (g *Gitea) createComment(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	repo, index, _, ok := g.pr(r)
 	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaMsg("issue does not exist"))
+		giteaInternal(w) // Gitea 1.26 does not tell a missing issue here
 		return
 	}
 	g.nextID++
-	c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body.Body, Bodies: []string{body.Body}}
+	now := time.Now().UTC()
+	c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body.Body, Bodies: []string{body.Body}, created: now, updated: now}
 	g.comments = append(g.comments, c)
 	writeJSON(w, http.StatusCreated, g.commentJSON(c))
 }
@@ -220,21 +266,20 @@ func (g *Gitea) editComment(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	for _, c := range g.comments {
 		if c.ID == id && c.Repo == repo {
-			if c.Author != g.User {
-				writeJSON(w, http.StatusForbidden, giteaMsg("user is not the poster"))
-				return
+			if body.Body != c.Body { // Gitea leaves an unchanged comment as it is
+				c.Body, c.updated = body.Body, time.Now().UTC()
+				c.Bodies = append(c.Bodies, body.Body)
 			}
-			c.Body = body.Body
-			c.Bodies = append(c.Bodies, body.Body)
 			writeJSON(w, http.StatusOK, g.commentJSON(c))
 			return
 		}
 	}
-	writeJSON(w, http.StatusNotFound, giteaMsg("comment does not exist"))
+	writeJSON(w, http.StatusNotFound, giteaNotFound(fmt.Sprintf("comment does not exist [id: %d, issue_id: 0]", id)))
 }
 
+// createStatus takes a status for any commit the repository has, as
+// Gitea 1.26 does, whatever its state (Gitea does not check it).
 func (g *Gitea) createStatus(w http.ResponseWriter, r *http.Request) {
-	var s GiteaStatus
 	var body struct {
 		State       string `json:"state"`
 		TargetURL   string `json:"target_url"`
@@ -245,23 +290,18 @@ func (g *Gitea) createStatus(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg(err.Error()))
 		return
 	}
-	switch body.State {
-	case "pending", "success", "error", "failure", "warning":
-	default:
-		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[State]: invalid commit status state"))
-		return
-	}
-	s = GiteaStatus{SHA: r.PathValue("sha"), State: body.State, Context: body.Context, TargetURL: body.TargetURL, Description: body.Description}
+	s := GiteaStatus{SHA: r.PathValue("sha"), State: body.State, Context: body.Context, TargetURL: body.TargetURL, Description: body.Description}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	known := false
-	for _, sha := range g.prs {
-		known = known || sha == s.SHA
-	}
-	if !known {
-		writeJSON(w, http.StatusNotFound, giteaMsg("commit does not exist"))
+	if !g.commits[s.SHA] {
+		giteaInternal(w)
 		return
 	}
 	g.statuses = append(g.statuses, s)
-	writeJSON(w, http.StatusCreated, map[string]any{"id": len(g.statuses), "state": s.State, "context": s.Context, "target_url": s.TargetURL, "description": s.Description})
+	now := time.Now().UTC().Format(time.RFC3339)
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"id": len(g.statuses), "status": s.State, "context": s.Context, "target_url": s.TargetURL, "description": s.Description,
+		"url":     g.URL + "/api/v1/repos/" + r.PathValue("owner") + "/" + r.PathValue("repo") + "/statuses/" + s.SHA,
+		"creator": map[string]any{"login": g.User}, "created_at": now, "updated_at": now,
+	})
 }

@@ -144,6 +144,10 @@ func check(t *testing.T, d Decision, w want) {
 	}
 }
 
+// realHead is the head commit of the pull request in the deliveries
+// recorded from a real Gitea.
+const realHead = "ae9c931c20dd15471e69423e8326033e6202c410"
+
 func TestGitea(t *testing.T) {
 	reg := testRegistry(t)
 	tests := []struct {
@@ -209,6 +213,19 @@ func TestGitea(t *testing.T) {
 				m["is_pull"] = true
 				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7", "sha": shaA}}
 			}, want: want{kind: proto.KindRespond, task: "wid-7", head: shaA}},
+		// Deliveries recorded from Gitea 1.26.0 (deployments/local/realgitea.sh):
+		// a push to an agent branch's pull request, and a person's comment
+		// on it, which Gitea 1.26 sends with the pull request (head branch
+		// and commit) and the author's placeholder e-mail.
+		{name: "gitea 1.26: push to an agent's pull request", fixture: "pull_request_sync__synchronized",
+			want: want{kind: proto.KindReview, task: "demo", head: realHead}},
+		{name: "gitea 1.26: comment on an agent's pull request", fixture: "pull_request_comment__created",
+			want: want{kind: proto.KindRespond, task: "demo", head: realHead}},
+		{name: "gitea 1.26: orch's tracking comment on it", fixture: "pull_request_comment__created", edit: func(m map[string]any) {
+			obj(m, "comment")["body"] = proto.CommentMarker("0123abcd") + "\n### 🔄 orch · respond · running\n\n> @agent-bot please explain the sort order"
+			obj(m, "comment", "user")["login"] = "agent-bot"
+			obj(m, "sender")["login"] = "agent-bot"
+		}, want: want{ignored: "agent's own"}},
 		{name: "unknown repository", fixture: "pull_request__opened", edit: func(m map[string]any) {
 			obj(m, "repository")["full_name"] = "other/repo"
 		}, want: want{ignored: "unknown repository"}},

@@ -108,14 +108,19 @@ func (a *api) do(ctx context.Context, op, method, path string, in, out any) erro
 }
 
 // errorText is the message of an error answer: Gitea's "message", Plane's
-// "error" or "detail", else the start of the body.
+// "error" or "detail", else the start of the body. Gitea answers an
+// error it did not expect with an empty "message" (the cause is only in
+// its own log), said as such rather than shown as JSON.
 func errorText(data []byte) string {
-	var m struct{ Message, Error, Detail string }
+	var m struct{ Message, Error, Detail *string }
 	if json.Unmarshal(data, &m) == nil {
-		for _, s := range []string{m.Message, m.Error, m.Detail} {
-			if s != "" {
-				return cut(s, 200)
+		for _, s := range []*string{m.Message, m.Error, m.Detail} {
+			if s != nil && *s != "" {
+				return cut(*s, 200)
 			}
+		}
+		if m.Message != nil {
+			return "no message (see the tracker's log)"
 		}
 	}
 	return cut(strings.TrimSpace(string(data)), 200)

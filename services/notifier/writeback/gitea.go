@@ -2,6 +2,7 @@ package writeback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -64,7 +65,7 @@ func (g *Gitea) FindComment(ctx context.Context, repo string, index int, job str
 		Body string `json:"body"`
 	}
 	if err := g.do(ctx, "listing comments", http.MethodGet, fmt.Sprintf("%s/issues/%d/comments", rp, index), nil, &list); err != nil {
-		return 0, err
+		return 0, g.goneOr(ctx, rp, index, err)
 	}
 	marker := proto.CommentMarker(job)
 	for _, c := range list {
@@ -85,8 +86,27 @@ func (g *Gitea) CreateComment(ctx context.Context, repo string, index int, body 
 	var c struct {
 		ID int64 `json:"id"`
 	}
-	err = g.do(ctx, "creating comment", http.MethodPost, fmt.Sprintf("%s/issues/%d/comments", rp, index), map[string]string{"body": body}, &c)
-	return c.ID, err
+	if err := g.do(ctx, "creating comment", http.MethodPost, fmt.Sprintf("%s/issues/%d/comments", rp, index), map[string]string{"body": body}, &c); err != nil {
+		return 0, g.goneOr(ctx, rp, index, err)
+	}
+	return c.ID, nil
+}
+
+// goneOr turns err, Gitea's answer to a request about the comments of
+// issue or pull request index, into the issue's 404 when the issue no
+// longer exists. Gitea (1.26) answers 500, not 404, to listing or adding
+// comments of an issue it does not have (one deleted by an admin), so a
+// 5xx there is checked by reading the issue, which does answer 404. Any
+// other error, or an issue that exists, leaves err as it is (retried).
+func (g *Gitea) goneOr(ctx context.Context, rp string, index int, err error) error {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Code < 500 {
+		return err
+	}
+	if ierr := g.do(ctx, "reading the issue after "+apiErr.Op, http.MethodGet, fmt.Sprintf("%s/issues/%d", rp, index), nil, nil); errors.Is(ierr, ErrGone) {
+		return ierr
+	}
+	return err
 }
 
 // EditComment replaces the body of comment id.

@@ -33,3 +33,16 @@ func TestRetryAfter(t *testing.T) {
 		t.Errorf("retryAfter(soon) = %v", got)
 	}
 }
+
+func TestErrorText(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"message":"[Body]: Required","url":"/api/swagger"}`, "[Body]: Required"},
+		{`{"message":"","url":"http://127.0.0.1:3000/api/swagger"}`, "no message (see the tracker's log)"},
+		{`{"detail":"Authentication credentials were not provided."}`, "Authentication credentials were not provided."},
+		{`<html>Bad Gateway</html>`, "<html>Bad Gateway</html>"},
+	} {
+		if got := errorText([]byte(tc.in)); got != tc.want {
+			t.Errorf("errorText(%s) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -313,19 +313,16 @@ func (w *Writer) handle(ctx context.Context, id string) {
 	}
 	switch {
 	case e.rev > rev && !out.failed:
-		e.due = laterOf(time.Now(), out.next) // a newer state came meanwhile
+		// A newer state came meanwhile: look at it now. out.next was
+		// worked out for the older state (a queued job's wait for its
+		// comment, say) and does not hold for the new one; sync itself
+		// waits out the coalescing pause and another notifier's lease.
+		e.due = time.Now()
 	case out.next.IsZero():
 		delete(w.entries, id)
 	default:
 		e.due = out.next
 	}
-}
-
-func laterOf(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // jobURL is the job's page in the dashboard, or "".

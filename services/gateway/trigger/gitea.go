@@ -81,10 +81,12 @@ func (g giteaCtx) pullRequest(ev *webhook.GiteaPullRequestEvent) Decision {
 	case "opened", "reopened", "synchronized":
 		key := fmt.Sprintf("gitea|%s|pr|%d|%s|%s", repo, pr.Number, ev.Action, pr.Head.SHA)
 		return Decision{Jobs: []proto.Job{newJob(g.p, proto.KindReview, key, task, src, g.now)}}
-	case "closed":
-		key := fmt.Sprintf("gitea|%s|pr|%d|closed|%s|%s", repo, pr.Number, pr.Head.SHA, pr.ClosedAt)
+	case "closed", "deleted":
+		// A deleted pull request is gone for good: like a closed one, its
+		// jobs are cancelled and its worktree removed.
+		key := fmt.Sprintf("gitea|%s|pr|%d|%s|%s|%s", repo, pr.Number, ev.Action, pr.Head.SHA, pr.ClosedAt)
 		return Decision{
-			Cancel: &Cancel{Project: g.p.Key, Task: TaskID(task.ID), Reason: fmt.Sprintf("pull request #%d closed", pr.Number)},
+			Cancel: &Cancel{Project: g.p.Key, Task: TaskID(task.ID), Reason: fmt.Sprintf("pull request #%d %s", pr.Number, ev.Action)},
 			Jobs:   []proto.Job{newJob(g.p, proto.KindCleanup, key, task, src, g.now)},
 		}
 	}

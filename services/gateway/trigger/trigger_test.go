@@ -172,6 +172,8 @@ func TestGitea(t *testing.T) {
 		}, want: want{kind: proto.KindReview, task: "wid-41"}},
 		{name: "pr closed", fixture: "pull_request__closed", want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
 		{name: "pr merged", fixture: "pull_request__closed_merged", want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
+		{name: "pr deleted", fixture: "pull_request__closed", edit: func(m map[string]any) { m["action"] = "deleted" },
+			want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
 		{name: "agent pr closed", fixture: "pull_request__closed", edit: agentBranch,
 			want: want{kind: proto.KindCleanup, task: "wid-41", cancel: "wid-41"}},
 		{name: "pr edited", fixture: "pull_request__opened", edit: func(m map[string]any) { m["action"] = "edited" },

@@ -57,8 +57,9 @@ func composeKind(name string) string {
 
 func composeEnvs(t *testing.T) []deploymentEnv {
 	t.Helper()
+	p := loadComposeExample(t)
 	var envs []deploymentEnv
-	for name, svc := range loadComposeExample(t).Services {
+	for name, svc := range p.Services {
 		kind := composeKind(name)
 		if kind == "" {
 			continue
@@ -69,9 +70,49 @@ func composeEnvs(t *testing.T) []deploymentEnv {
 				env[k] = *v
 			}
 		}
-		envs = append(envs, deploymentEnv{where: "compose/compose.yaml " + name, service: kind, env: env})
+		envs = append(envs, deploymentEnv{where: "compose/compose.yaml " + name, service: kind, env: env, files: composeFiles(t, p, svc)})
 	}
 	return envs
+}
+
+// composeFiles lists the files compose puts into a service's container:
+// bind-mounted files and secrets (at /run/secrets/<name> unless a target
+// is given).
+func composeFiles(t *testing.T, p *types.Project, svc types.ServiceConfig) map[string]deployedFile {
+	t.Helper()
+	files := map[string]deployedFile{}
+	for _, v := range svc.Volumes {
+		if v.Type != types.VolumeTypeBind {
+			continue
+		}
+		if data, err := os.ReadFile(v.Source); err == nil {
+			files[v.Target] = deployedFile{origin: "bind mount of " + v.Source, content: string(data)}
+		}
+	}
+	for _, ref := range svc.Secrets {
+		target := ref.Target
+		if target == "" {
+			target = ref.Source
+		}
+		if !filepath.IsAbs(target) {
+			target = "/run/secrets/" + target
+		}
+		sec, ok := p.Secrets[ref.Source]
+		if !ok {
+			t.Errorf("compose: %s uses undeclared secret %s", svc.Name, ref.Source)
+			continue
+		}
+		content := sec.Content
+		if sec.File != "" {
+			data, err := os.ReadFile(sec.File)
+			if err != nil {
+				t.Errorf("compose: secret %s: %v", ref.Source, err)
+			}
+			content = string(data)
+		}
+		files[target] = deployedFile{origin: "secret " + ref.Source, secret: true, content: content}
+	}
+	return files
 }
 
 func TestComposeLoads(t *testing.T) {

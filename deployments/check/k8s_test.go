@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -251,6 +252,56 @@ func (o *k8sObjects) containerEnv(t *testing.T, where string, c corev1.Container
 	return env
 }
 
+// containerFiles lists the files a container's ConfigMap and Secret
+// volumes hold, by their path in the container.
+func (o *k8sObjects) containerFiles(t *testing.T, where string, spec corev1.PodSpec, c corev1.Container) map[string]deployedFile {
+	t.Helper()
+	files := map[string]deployedFile{}
+	for _, m := range c.VolumeMounts {
+		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if i < 0 {
+			continue
+		}
+		v := spec.Volumes[i]
+		var kind, name string
+		var data map[string]string
+		var items []corev1.KeyToPath
+		switch {
+		case v.ConfigMap != nil:
+			kind, name, items = "ConfigMap", v.ConfigMap.Name, v.ConfigMap.Items
+			if cm := o.configMap(name); cm != nil {
+				data = cm.Data
+			}
+		case v.Secret != nil:
+			kind, name, items = "Secret", v.Secret.SecretName, v.Secret.Items
+			if s := o.secret(name); s != nil {
+				data = s.StringData
+			}
+		default:
+			continue
+		}
+		if data == nil {
+			t.Errorf("%s: volume %s names %s %s, which no manifest defines", where, v.Name, kind, name)
+			continue
+		}
+		if len(items) == 0 {
+			for k := range data {
+				items = append(items, corev1.KeyToPath{Key: k, Path: k})
+			}
+		}
+		for _, it := range items {
+			content, ok := data[it.Key]
+			if !ok {
+				t.Errorf("%s: volume %s names key %s, which %s %s does not have", where, v.Name, it.Key, kind, name)
+			}
+			files[path.Join(m.MountPath, it.Path)] = deployedFile{
+				origin: kind + " " + name + " key " + it.Key, secret: kind == "Secret", content: content,
+			}
+		}
+	}
+	return files
+}
+
 func kubernetesEnvs(t *testing.T) []deploymentEnv {
 	t.Helper()
 	o := loadK8s(t)
@@ -258,7 +309,7 @@ func kubernetesEnvs(t *testing.T) []deploymentEnv {
 	for _, w := range o.workloads() {
 		for _, c := range w.template.Spec.Containers {
 			where := "k8s/" + w.kind + " " + w.name
-			envs = append(envs, deploymentEnv{where: where, service: w.component(), env: o.containerEnv(t, where, c)})
+			envs = append(envs, deploymentEnv{where: where, service: w.component(), env: o.containerEnv(t, where, c), files: o.containerFiles(t, where, w.template.Spec, c)})
 		}
 	}
 	return envs

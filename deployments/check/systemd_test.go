@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/unit"
+
+	"github.com/orch-dev/orch/proto/service"
 )
 
 var systemdDir = filepath.Join(repoRoot, "deployments", "systemd")
@@ -122,12 +124,36 @@ func unitEnv(t *testing.T, u *systemdUnit) map[string]string {
 	return env
 }
 
+// unitCommentedVars are the "#ORCH_X=value" lines of a unit's
+// EnvironmentFile= samples: settings offered to uncomment.
+func unitCommentedVars(t *testing.T, u *systemdUnit) map[string]string {
+	t.Helper()
+	vars := map[string]string{}
+	for _, f := range u.values("Service", "EnvironmentFile") {
+		rel, ok := strings.CutPrefix(strings.TrimPrefix(f, "-"), "/etc/orch/")
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(systemdDir, "env", rel))
+		if err != nil {
+			continue // unitEnv reports it
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			line, ok := strings.CutPrefix(strings.TrimSpace(line), "#")
+			if k, v, ok2 := strings.Cut(line, "="); ok && ok2 && strings.HasPrefix(k, service.EnvPrefix) {
+				vars[k] = v
+			}
+		}
+	}
+	return vars
+}
+
 func systemdEnvs(t *testing.T) []deploymentEnv {
 	t.Helper()
 	var envs []deploymentEnv
 	for _, u := range loadUnits(t) {
 		if s := orchUnitService(u.path); s != "" {
-			envs = append(envs, deploymentEnv{where: "systemd/" + filepath.Base(u.path), service: s, env: unitEnv(t, u)})
+			envs = append(envs, deploymentEnv{where: "systemd/" + filepath.Base(u.path), service: s, env: unitEnv(t, u), commented: unitCommentedVars(t, u)})
 		}
 	}
 	return envs

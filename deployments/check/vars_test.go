@@ -129,6 +129,49 @@ type deploymentEnv struct {
 	where   string // file and unit, for messages
 	service string // gateway, runner or notifier
 	env     map[string]string
+	// files are the files the deployment puts into the service's file
+	// system, by path there (compose bind mounts and secrets, Kubernetes
+	// ConfigMap and Secret volumes). Empty for systemd: the host's files.
+	files map[string]deployedFile
+	// commented are the ORCH_ settings offered as commented-out lines
+	// (systemd's env files), to uncomment where they are wanted.
+	commented map[string]string
+}
+
+// deployedFile is a file a deployment gives a service.
+type deployedFile struct {
+	// origin names where it comes from, the same for two services that
+	// get the same file (e.g. "ConfigMap orch-projects key projects.yaml").
+	origin string
+	// secret says it comes from a Secret (compose secrets, a Kubernetes
+	// Secret volume), not a file anyone with the manifests can read.
+	secret  bool
+	content string
+}
+
+// checkableEnv returns d.env with every ORCH_..._FILE variable that names
+// a file the deployment supplies pointed at a copy of that file, so that
+// the service's validation can read it here. When fill is set, a secret
+// that is empty in the deployment (a placeholder) reads as "placeholder".
+func (d deploymentEnv) checkableEnv(t *testing.T, fill bool) map[string]string {
+	t.Helper()
+	env := maps.Clone(d.env)
+	for k, v := range env {
+		f, ok := d.files[v]
+		if !ok || !strings.HasPrefix(k, service.EnvPrefix) || !strings.HasSuffix(k, "_FILE") {
+			continue
+		}
+		content := f.content
+		if fill && f.secret && strings.TrimSpace(content) == "" {
+			content = "placeholder"
+		}
+		copyPath := filepath.Join(t.TempDir(), filepath.Base(v))
+		if err := os.WriteFile(copyPath, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env[k] = copyPath
+	}
+	return env
 }
 
 func TestConfigVarsAreFound(t *testing.T) {
@@ -179,7 +222,7 @@ func TestDeploymentVars(t *testing.T) {
 				t.Errorf("%s does not set %s, which the %s requires", d.where, name, d.service)
 			}
 		}
-		if err := svc.check(d.env); err != nil {
+		if err := svc.check(d.checkableEnv(t, false)); err != nil {
 			t.Errorf("%s: the %s rejects its configuration: %v", d.where, d.service, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/services/notifier/writeback"
 )
 
 // HTTPAddrDefault is the default of ORCH_HTTP_ADDR for the notifier.
@@ -28,6 +29,9 @@ type metrics struct {
 	rateLimited  prometheus.Counter
 	deadLettered prometheus.Counter
 	advisories   *prometheus.CounterVec
+	writes       *prometheus.CounterVec
+	// writeback is the tracker write-back, once it runs.
+	writeback atomic.Pointer[writeback.Writer]
 	// addr is where /metrics is served, if it is.
 	addr string
 
@@ -61,6 +65,17 @@ func newMetrics() *metrics {
 			Name: "orch_notifier_advisories_total",
 			Help: "Advisories handled in full, by outcome: alerted, logged (no bot token), cancelled, already_handled, unusable.",
 		}, []string{"outcome"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orch_notifier_writeback_writes_total",
+			Help: "Writes to the trackers (tracking comments, commit statuses), by tracker (gitea, plane), operation (comment, status) and outcome: ok, retry (5xx, 429, network; tried again), gone (404; the job's write-back stops), rejected (401, 403, 422; needs a person).",
+		}, []string{"tracker", "operation", "outcome"}),
+	}
+	for _, tr := range writeback.Trackers {
+		for _, op := range writeback.Operations {
+			for _, o := range writeback.Outcomes {
+				m.writes.WithLabelValues(tr, op, o)
+			}
+		}
 	}
 	for _, c := range []string{"rejected", "unavailable"} {
 		m.failed.WithLabelValues(c)
@@ -69,9 +84,25 @@ func newMetrics() *metrics {
 		m.advisories.WithLabelValues(o)
 	}
 	m.reg.MustRegister(m.sent, m.failed, m.rateLimited, m.deadLettered, m.advisories,
-		dlqGauge(m.jetStream), queueCollector{m.jetStream})
+		dlqGauge(m.jetStream), queueCollector{m.jetStream}, m.writes,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "orch_notifier_writeback_pending_jobs",
+			Help: "Jobs this notifier has a tracker write left for (coalescing, backing off, or leased by another notifier); 0 without write-back.",
+		}, func() float64 {
+			if w := m.writeback.Load(); w != nil {
+				return float64(w.Pending())
+			}
+			return 0
+		}))
 	return m
 }
+
+// Wrote counts one write to a tracker (writeback.Recorder).
+func (m *metrics) Wrote(tracker, op, outcome string) {
+	m.writes.WithLabelValues(tracker, op, outcome).Inc()
+}
+
+var _ writeback.Recorder = (*metrics)(nil)
 
 // connected gives the metrics the NATS connection, once there is one.
 func (m *metrics) connected(nc *nats.Conn, js jetstream.JetStream) {

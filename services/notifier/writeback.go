@@ -98,6 +98,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 		Registry: current.get, PublicURL: n.cfg.PublicURL, QueuedAfter: c.QueuedAfter,
 		Scrubber: writeback.Scrubber{Secrets: []string{c.GiteaToken, c.PlaneToken, n.cfg.TelegramBotToken}},
 		LogTail:  func(ctx context.Context, st *proto.Status) string { return n.logTail(ctx, log, st) },
+		Recorder: n.metrics,
 	}
 	if c.GiteaURL != "" {
 		cfg.Gitea = writeback.NewGitea(c.GiteaURL, c.GiteaToken, hc)
@@ -109,6 +110,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	if err != nil {
 		return err
 	}
+	n.metrics.writeback.Store(w)
 	wg.Go(func() { w.Run(ctx) })
 	wg.Go(func() { current.reloadOnHUP(ctx, c.ProjectsFile, log) })
 	return nil

@@ -2,6 +2,7 @@ package notifier
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,19 +10,28 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/metricstest"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/trackertest"
 )
 
 // The notifier, set up from its configuration with a Gitea URL and a
 // token file, keeps the tracking comment of a job that ends in a terminal
-// failure, next to the Telegram alert of the same failure.
+// failure, next to the Telegram alert of the same failure; its /metrics
+// counts the writes (Gitea's 503 on the first create as a retry) and
+// shows no job left to write once it is done.
 func TestNotifierWritesBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const token = "gitea-SECRET-token-from-a-file"
 	gitea := trackertest.NewGitea(t, token, "orch-bot")
 	gitea.AddPR("acme/widgets", 42, strings.Repeat("a", 40))
+	gitea.SetFault(func(r *http.Request, route string, n int) *trackertest.Fault {
+		if r.Method == http.MethodPost && strings.HasSuffix(route, "/comments") && n == 1 {
+			return &trackertest.Fault{Code: http.StatusServiceUnavailable}
+		}
+		return nil
+	})
 	dir := t.TempDir()
 	reg := filepath.Join(dir, "projects.yaml")
 	tokenFile := filepath.Join(dir, "gitea-token")
@@ -34,7 +44,8 @@ func TestNotifierWritesBack(t *testing.T) {
 	cfg := b.config()
 	cfg.PublicURL = "https://orch.example.com"
 	cfg.ProjectsFile, cfg.GiteaURL, cfg.GiteaTokenFile = reg, gitea.URL, tokenFile
-	b.start(cfg, hooks{})
+	cfg.HTTPAddr = "127.0.0.1:0"
+	r := b.start(cfg, hooks{})
 	job := b.queue("wb", "Make the widget spin")
 	b.run(map[string]action{job.ID: actFail})
 	b.settled(30 * time.Second)
@@ -47,6 +58,26 @@ func TestNotifierWritesBack(t *testing.T) {
 		if st := gitea.Statuses(strings.Repeat("a", 40)); len(st) == 0 || st[len(st)-1].State != "failure" {
 			return fmt.Errorf("statuses %+v, want the last failure", st)
 		}
+		return nil
+	})
+	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		m := metricstest.Scrape(t, "http://"+r.n.metrics.addr+"/metrics")
+		for series, least := range map[string]float64{
+			`orch_notifier_writeback_writes_total{operation="comment",outcome="retry",tracker="gitea"}`: 1,
+			`orch_notifier_writeback_writes_total{operation="comment",outcome="ok",tracker="gitea"}`:    1,
+			`orch_notifier_writeback_writes_total{operation="status",outcome="ok",tracker="gitea"}`:     2,
+		} {
+			if v, _ := m.Value(series); v < least {
+				return fmt.Errorf("%s = %v, want at least %v", series, v, least)
+			}
+		}
+		if v, ok := m.Value(`orch_notifier_writeback_writes_total{operation="comment",outcome="ok",tracker="plane"}`); !ok || v != 0 {
+			return fmt.Errorf("plane comment writes = %v (served %v), want 0 and served", v, ok)
+		}
+		if v, ok := m.Value("orch_notifier_writeback_pending_jobs"); !ok || v != 0 {
+			return fmt.Errorf("orch_notifier_writeback_pending_jobs = %v (served %v), want 0", v, ok)
+		}
+		m.Lint(t)
 		return nil
 	})
 	for _, line := range b.logs.All() {

@@ -187,11 +187,14 @@ func (w *Writer) giteaStatus(ctx context.Context, h *held, t targets, st *proto.
 	if h.rec.SHA == "" {
 		sha, err := w.cfg.Gitea.PullHead(ctx, t.repo, t.pr)
 		if err != nil {
+			w.count(TrackerGitea, OpStatus, err)
 			return err
 		}
 		h.rec.SHA = sha
 	}
-	if err := w.cfg.Gitea.SetStatus(ctx, t.repo, h.rec.SHA, cs); err != nil {
+	err := w.cfg.Gitea.SetStatus(ctx, t.repo, h.rec.SHA, cs)
+	w.count(TrackerGitea, OpStatus, err)
+	if err != nil {
 		return err
 	}
 	h.rec.StatusKey, h.rec.EditedAt = key, time.Now()
@@ -213,10 +216,12 @@ func (w *Writer) giteaComment(ctx context.Context, h *held, t targets, v View) e
 	if h.rec.GiteaComment == 0 {
 		found, err := w.cfg.Gitea.FindComment(ctx, t.repo, t.pr, v.Status.Job.ID)
 		if err != nil {
+			w.count(TrackerGitea, OpComment, err)
 			return err
 		}
 		if found == 0 {
 			id, err := w.cfg.Gitea.CreateComment(ctx, t.repo, t.pr, body)
+			w.count(TrackerGitea, OpComment, err)
 			if err != nil {
 				return err
 			}
@@ -225,7 +230,9 @@ func (w *Writer) giteaComment(ctx context.Context, h *held, t targets, v View) e
 		}
 		h.rec.GiteaComment = found
 	}
-	if err := w.cfg.Gitea.EditComment(ctx, t.repo, h.rec.GiteaComment, body); err != nil {
+	err := w.cfg.Gitea.EditComment(ctx, t.repo, h.rec.GiteaComment, body)
+	w.count(TrackerGitea, OpComment, err)
+	if err != nil {
 		return err
 	}
 	h.rec.GiteaHash, h.rec.EditedAt = hash, time.Now()
@@ -244,6 +251,7 @@ func (w *Writer) planeComment(ctx context.Context, h *held, t targets, v View) e
 	}
 	if h.rec.PlaneComment == "" {
 		id, created, err := w.cfg.Plane.CreateComment(ctx, t.workspace, t.project, t.item, v.Status.Job.ID, body)
+		w.count(TrackerPlane, OpComment, err)
 		if err != nil {
 			return err
 		}
@@ -253,7 +261,9 @@ func (w *Writer) planeComment(ctx context.Context, h *held, t targets, v View) e
 			return h.save(ctx)
 		}
 	}
-	if err := w.cfg.Plane.EditComment(ctx, t.workspace, t.project, t.item, h.rec.PlaneComment, body); err != nil {
+	err := w.cfg.Plane.EditComment(ctx, t.workspace, t.project, t.item, h.rec.PlaneComment, body)
+	w.count(TrackerPlane, OpComment, err)
+	if err != nil {
 		return err
 	}
 	h.rec.PlaneHash, h.rec.EditedAt = hash, time.Now()

@@ -1,11 +1,13 @@
 package writeback
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -243,5 +245,88 @@ func TestQueuedLongGetsComment(t *testing.T) {
 	b.waitStatus(41, "error")
 	if n := len(b.gitea.Comments(repo, 41)); n != 0 {
 		t.Errorf("a job cancelled while briefly queued got %d comments", n)
+	}
+}
+
+// countingRecorder is a Recorder that keeps its counts.
+type countingRecorder struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *countingRecorder) Wrote(tracker, op, outcome string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[tracker+"/"+op+"/"+outcome]++
+}
+
+func (r *countingRecorder) get(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[key]
+}
+
+// Every write is counted by tracker, operation and how the tracker
+// answered: a 503 as retry, a 422 as rejected, a deleted pull request as
+// gone, the rest as ok; and the jobs left to write are counted until
+// they are written.
+func TestWritesCounted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := &countingRecorder{}
+	b.cfg.Recorder = rec
+	b.gitea.SetFault(func(r *http.Request, route string, n int) *trackertest.Fault {
+		switch {
+		case r.Method == http.MethodPost && strings.HasSuffix(route, "/comments") && n == 1:
+			return &trackertest.Fault{Code: http.StatusServiceUnavailable}
+		case r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/statuses/"+fmt.Sprintf("%040x", 41)):
+			return &trackertest.Fault{Code: http.StatusUnprocessableEntity}
+		}
+		return nil
+	})
+	w, err := b.writer("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+
+	ok, rejected, gone := b.prJob("ok", 40), b.prJob("rejected", 41), b.prJob("gone", 42)
+	b.gitea.DeletePR(repo, 42)
+	for _, job := range []*proto.Job{ok, rejected, gone} {
+		b.set(job, running(1))
+	}
+	b.waitComment(40, "running")
+	b.set(ok, done("shown"))
+	b.waitComment(40, "✅ orch · review · done")
+	b.settle(w, ok)
+	b.settle(w, gone)
+	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		for key, least := range map[string]int{
+			"gitea/comment/retry":   1, // the 503
+			"gitea/comment/ok":      2, // create, then the edit to done
+			"gitea/status/ok":       2, // pending, success
+			"gitea/status/rejected": 1, // the 422 on PR 41
+			"gitea/status/gone":     1, // PR 42's head, asked of a deleted PR
+		} {
+			if got := rec.get(key); got < least {
+				return fmt.Errorf("%s counted %d times, want at least %d", key, got, least)
+			}
+		}
+		// PR 41 waits out its rejection; the others are written.
+		if n := w.Pending(); n != 1 {
+			return fmt.Errorf("%d jobs wait for a write, want 1 (the rejected one)", n)
+		}
+		return nil
+	})
+	for _, key := range []string{"plane/comment/ok", "gitea/comment/gone", "gitea/status/retry"} {
+		if got := rec.get(key); got != 0 {
+			t.Errorf("%s counted %d times, want 0", key, got)
+		}
 	}
 }

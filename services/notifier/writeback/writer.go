@@ -92,6 +92,8 @@ type Config struct {
 	// LogTail returns the end of the readable log of a job's last
 	// attempt. Default: the runner's log file, where it is readable here.
 	LogTail func(ctx context.Context, st *proto.Status) string
+	// Recorder counts the writes; nil counts nothing.
+	Recorder Recorder
 }
 
 func (c *Config) setDefaults() {

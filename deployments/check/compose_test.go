@@ -11,6 +11,8 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/orch-dev/orch/proto/service"
 )
 
 var composeDir = filepath.Join(repoRoot, "deployments", "compose")
@@ -141,12 +143,12 @@ func TestComposeLoads(t *testing.T) {
 
 	volumeTargets := map[string]bool{}
 	for name, svc := range p.Services {
-		// Every NATS node and the gateway answer a health check; the
+		// Every NATS node and orch service answers a health check; the
 		// services wait for healthy NATS nodes.
 		if strings.HasPrefix(name, "nats-") && svc.StopSignal != "SIGUSR2" {
 			t.Errorf("%s: stop_signal %q, want SIGUSR2 (lame duck mode)", name, svc.StopSignal)
 		}
-		if strings.HasPrefix(name, "nats-") || name == "gateway" {
+		if strings.HasPrefix(name, "nats-") || composeKind(name) != "" {
 			if svc.HealthCheck == nil || len(svc.HealthCheck.Test) == 0 || svc.HealthCheck.Disable {
 				t.Errorf("%s has no health check", name)
 			}
@@ -303,6 +305,40 @@ func TestComposeServicesNotRoot(t *testing.T) {
 		}
 		if u := strings.SplitN(svc.User, ":", 2)[0]; u == "root" || u == "0" {
 			t.Errorf("compose service %s runs as user %q", name, svc.User)
+		}
+	}
+}
+
+// Every orch service has a compose health check that its image can run:
+// the images have no wget or curl (distroless, Debian slim), so the check
+// is the service's own binary, as the image's ENTRYPOINT names it, with
+// -healthcheck and a URL on the port the service listens on.
+func TestComposeHealthChecksRunInTheImage(t *testing.T) {
+	p := loadComposeExample(t)
+	for name, svc := range p.Services {
+		if composeKind(name) == "" {
+			continue
+		}
+		hc := svc.HealthCheck
+		if hc == nil || hc.Disable || len(hc.Test) != 4 || hc.Test[0] != "CMD" || hc.Test[2] != "-healthcheck" {
+			t.Errorf("%s: health check %v, want [CMD <binary> -healthcheck <url>]", name, hc)
+			continue
+		}
+		var entrypoint string
+		for _, in := range parseDockerfile(t, filepath.Join(svc.Build.Context, svc.Build.Dockerfile)) {
+			if in.cmd == "ENTRYPOINT" {
+				entrypoint = in.args
+			}
+		}
+		if !strings.Contains(entrypoint, `"`+hc.Test[1]+`"`) {
+			t.Errorf("%s: health check runs %s, not the binary of the image's ENTRYPOINT %s", name, hc.Test[1], entrypoint)
+		}
+		_, port, _ := strings.Cut(*svc.Environment["ORCH_HTTP_ADDR"], ":")
+		if u := hc.Test[3]; u != "http://127.0.0.1:"+port+"/healthz" && u != "http://127.0.0.1:"+port+"/readyz" {
+			t.Errorf("%s: health check GETs %s, want /healthz or /readyz on 127.0.0.1:%s (ORCH_HTTP_ADDR)", name, u, port)
+		}
+		if hc.Timeout == nil || hc.Timeout.String() == "" || time.Duration(*hc.Timeout) <= service.HealthcheckTimeout {
+			t.Errorf("%s: health check timeout %v, want above -healthcheck's own %v", name, hc.Timeout, service.HealthcheckTimeout)
 		}
 	}
 }

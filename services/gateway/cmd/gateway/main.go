@@ -12,7 +12,7 @@ import (
 var version = "dev"
 
 func main() {
-	service.HandleVersion("gateway", version)
+	service.HandleFlags("gateway", version)
 	var cfg gateway.Config
 	if err := service.FromEnv(&cfg); err != nil {
 		service.Fatal(err)

@@ -15,7 +15,7 @@ import (
 var version = "dev"
 
 func main() {
-	service.HandleVersion("notifier", version)
+	service.HandleFlags("notifier", version)
 	var cfg notifier.Config
 	if err := service.FromEnv(&cfg); err != nil {
 		service.Fatal(err)

@@ -12,7 +12,7 @@ import (
 var version = "dev"
 
 func main() {
-	service.HandleVersion("runner", version)
+	service.HandleFlags("runner", version)
 	var cfg runner.Config
 	if err := service.FromEnv(&cfg); err != nil {
 		service.Fatal(err)

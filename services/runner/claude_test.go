@@ -107,6 +107,36 @@ func TestClaudePermissionDeniedFailsWithoutRetry(t *testing.T) {
 	}
 }
 
+// Claude Code refuses to bypass permissions as root: it prints why and
+// exits 1 without a result. Every retry would be refused the same way, so
+// the job fails at once, as a denial does, with a reason that says to run
+// the runner as a non-root user.
+func TestClaudeRootRefusalFailsWithoutRetry(t *testing.T) {
+	e := newEnv(t, "")
+	cfg := e.config("r1", e.claude("root-refused-2.1.197.txt", 1))
+	cfg.MaxAttempts = 3
+	e.start(cfg)
+	j := job("claude-root", "task-root", proto.KindImplement)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
+	for _, want := range []string{"--dangerously-skip-permissions cannot be used with root/sudo privileges", "non-root user"} {
+		if !strings.Contains(st.Error, want) {
+			t.Errorf("error %q does not say %q", st.Error, want)
+		}
+	}
+	if st.Attempt != 1 || st.ExitCode == nil || *st.ExitCode != 1 {
+		t.Errorf("record %+v, want attempt 1 and exit code 1", st)
+	}
+	id, cause := proto.ParseTermReason(termReasons(t, e, 1)[0])
+	if id != j.ID || !strings.Contains(cause, "non-root user") {
+		t.Errorf("term reason names job %q, cause %q; want %s and what to do", id, cause, j.ID)
+	}
+	e.waitStreamEmpty(10 * time.Second)
+	if runs := e.runsOf(j.ID); len(runs) != 1 {
+		t.Errorf("the agent ran %d times, want once", len(runs))
+	}
+}
+
 // An API error ends the run with exit 1: the record keeps Claude Code's
 // own error text, not only the exit status. Unlike a denial, it may pass,
 // so the job is retried.

@@ -687,17 +687,18 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		_ = msg.Nak()
 		log.Warn("job stopped by shutdown: handed back", zap.Error(res.Err))
 	case errors.Is(res.Err, agent.ErrPermissionDenied):
-		// A retry would be denied the same way: fail the job now. Term
+		// Denied tools, or Claude Code refusing to bypass permissions as
+		// root: a retry would fail the same way, so fail the job now. Term
 		// reaches the notifier as MSG_TERMINATED with a runner's reason,
 		// which it alerts on and dead-letters like any failure.
 		if !record(proto.StateFailed) {
-			log.Warn("agent was denied tools, but the record has moved on: not terminating", zap.Error(res.Err))
+			log.Warn("agent lacks the permissions it needs, but the record has moved on: not terminating", zap.Error(res.Err))
 			return
 		}
 		if err := retry(ctx, func() error { return msg.TermWithReason(proto.TermReason(job.ID, res.Err.Error())) }); err != nil {
 			log.Warn("terminating job", zap.Error(err))
 		}
-		log.Error("agent was denied tools: job failed without retries", zap.Error(res.Err))
+		log.Error("agent lacks the permissions it needs: job failed without retries", zap.Error(res.Err))
 	case res.Err == nil:
 		if !record(proto.StateDone) {
 			if st, _, err := r.status.Get(ctx, job.ID); err == nil && st.Attempt > attempt {

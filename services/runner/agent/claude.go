@@ -27,9 +27,16 @@ const (
 )
 
 // ErrPermissionDenied is wrapped by the error of a run in which Claude Code
-// was denied tools. Print mode cannot ask anyone for approval, so a retry
-// would be denied the same way: the runner fails such a job at once.
+// was denied tools, or refused its permission settings altogether (it will
+// not bypass permissions as root). Print mode cannot ask anyone for
+// approval and the runner's user does not change between attempts, so a
+// retry would fail the same way: the runner fails such a job at once.
 var ErrPermissionDenied = errors.New("tools denied")
+
+// rootRefusal is what Claude Code prints, and then exits 1, when it is
+// asked to bypass permissions (--dangerously-skip-permissions, permission
+// mode bypassPermissions) as root.
+const rootRefusal = "cannot be used with root/sudo privileges"
 
 // ClaudeResult is the final "result" object Claude Code prints with
 // --output-format stream-json (or json): what the run cost and how it ended.
@@ -138,14 +145,24 @@ func (c *ClaudeResult) Judge(res Result) Result {
 // object, because Claude Code refused to start (as root with
 // bypassPermissions, an unknown flag, no credentials) or died. A non-zero
 // exit gets the last line of the attempt's log at logPath, where Claude
-// Code printed why, instead of a bare exit status. A run stopped by orch
-// keeps its cause.
+// Code printed why, instead of a bare exit status. A refusal to bypass
+// permissions as root is ErrPermissionDenied and says to run the runner as
+// a non-root user: every retry would be refused the same way. A run
+// stopped by orch keeps its cause.
 func JudgeWithoutResult(res Result, logPath string) Result {
 	var exit *exec.ExitError
 	if !errors.As(res.Err, &exit) || errors.Is(res.Err, ErrTimeout) {
 		return res
 	}
-	if line := lastLine(logPath); line != "" {
+	line := lastLine(logPath)
+	switch {
+	case strings.Contains(line, rootRefusal):
+		// The advice comes first: a JetStream term reason keeps only the
+		// start of the text.
+		res.Err = &deniedError{fmt.Sprintf("Claude Code refuses to bypass permissions as root: run the runner as a non-root user "+
+			"(the shipped images, systemd units and manifests do), or give the project an agent_permissions mode other "+
+			"than bypassPermissions; a retry would be refused the same way (%v: %s)", res.Err, cut(line, ErrorTextMax))}
+	case line != "":
 		res.Err = fmt.Errorf("%w: %s", res.Err, cut(line, ErrorTextMax))
 	}
 	return res
@@ -217,8 +234,9 @@ func cut(s string, n int) string {
 	return s[:i] + mark
 }
 
-// deniedError is the error of a run with denied tools: its text says what
-// to allow, and it is ErrPermissionDenied for errors.Is.
+// deniedError is the error of a run with denied tools or refused
+// permission settings: its text says what to change, and it is
+// ErrPermissionDenied for errors.Is.
 type deniedError struct{ msg string }
 
 func (e *deniedError) Error() string        { return e.msg }

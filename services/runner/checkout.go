@@ -16,7 +16,7 @@ import (
 // an earlier job's work that was kept instead.
 func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) (workspace.Checkout, error) {
 	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch}
-	co, err := r.ws.Prepare(ctx, repo, workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA})
+	co, err := r.ws.Prepare(ctx, repo, workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR})
 	if err != nil {
 		return co, err
 	}

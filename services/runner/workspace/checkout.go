@@ -19,6 +19,11 @@ type Want struct {
 	// HeadSHA is the commit the job's event names as HeadBranch's head,
 	// empty when it names none.
 	HeadSHA string
+	// PR is the number of the Gitea pull request the job is about, 0 when
+	// there is none. When HeadBranch is not on origin (a pull request from
+	// a fork), the pull request's head is fetched from Gitea's
+	// refs/pull/<PR>/head instead.
+	PR int
 }
 
 // Checkout is a task's worktree as its job finds it.
@@ -101,6 +106,18 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	defer rs.mu.Unlock()
 	branch := want.branch(ctx, gitDir)
 	var notes []string
+	// A head branch that origin does not have is a fork's: the job runs
+	// at the pull request's head as Gitea keeps it, on the task's own
+	// branch, since nothing the agent pushes can reach the fork.
+	var pullHead string
+	if want.PR > 0 && branch == want.HeadBranch && !refExists(ctx, gitDir, "refs/remotes/origin/"+branch) {
+		var note string
+		pullHead, note = fetchPull(ctx, gitDir, want)
+		notes = append(notes, note)
+		if pullHead != "" {
+			branch = Branch(want.Task)
+		}
+	}
 	if own := Branch(want.Task); branch != own {
 		// git checks a branch out in one worktree only: another task's
 		// pull request from the same branch may have it.
@@ -117,12 +134,32 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	} else if err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
 		return Checkout{}, err
 	}
-	co, err := bringToHead(ctx, dir, want, branch)
+	co, err := bringToHead(ctx, dir, want, branch, pullHead)
 	if err != nil {
 		return Checkout{}, fmt.Errorf("bringing the worktree of %s to its head: %w", want.Task, err)
 	}
 	co.Notes = append(notes, co.Notes...)
 	return co, nil
+}
+
+// pullRef is where the head of pull request n of a fork is kept in the
+// clone: outside refs/remotes/origin, which every fetch --prune tidies.
+func pullRef(n int) string { return fmt.Sprintf("refs/orch/pull/%d/head", n) }
+
+// fetchPull fetches the head of want's pull request from origin's
+// refs/pull/<n>/head (Gitea keeps one for every pull request, forks'
+// included) and returns it, with a note for the agent: that it runs on
+// the pull request's head and cannot push to the fork, or, when the ref
+// could not be fetched, that it runs without the pull request's code.
+func fetchPull(ctx context.Context, gitDir string, want Want) (head, note string) {
+	src := fmt.Sprintf("refs/pull/%d/head", want.PR)
+	if _, err := git(ctx, gitDir, "fetch", "--quiet", "--no-tags", "origin", "+"+src+":"+pullRef(want.PR)); err != nil {
+		return "", fmt.Sprintf("The pull request's head branch `%s` is not on origin (a fork's branch?), and origin's `%s` could not be fetched (%s): the worktree does not hold the pull request's changes.",
+			want.HeadBranch, src, lastLine(err))
+	}
+	head = resolve(ctx, gitDir, pullRef(want.PR))
+	return head, fmt.Sprintf("The pull request comes from a fork: its head branch `%s` is not on origin. The worktree holds the pull request's head as origin keeps it (`%s`, `%s`) on the branch `%s`, which tracks nothing. You cannot push to the fork: no push of yours updates this pull request.",
+		want.HeadBranch, src, short(head), Branch(want.Task))
 }
 
 // holder is the worktree other than dir that has branch checked out,

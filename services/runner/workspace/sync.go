@@ -40,12 +40,18 @@ var shaPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 
 // bringToHead brings the worktree at dir to the head want names on branch, never
 // losing work that is not on the remote, and reports where it is.
-func bringToHead(ctx context.Context, dir string, want Want, branch string) (Checkout, error) {
+// pullHead, when not empty, is the head of a fork's pull request, fetched
+// from origin's refs/pull/<n>/head: the remote head the worktree follows
+// when branch is not on origin.
+func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead string) (Checkout, error) {
 	co := Checkout{Dir: dir, Branch: branch}
 	remote := resolve(ctx, dir, "refs/remotes/origin/"+branch)
-	if remote != "" {
+	switch {
+	case remote != "":
 		co.Upstream = "origin/" + branch
-	} else if want.HeadBranch != "" && want.HeadBranch != branch {
+	case pullHead != "":
+		remote = pullHead
+	case want.HeadBranch != "" && want.HeadBranch != branch:
 		// An agent branch spelt otherwise on the remote (agent/WID-41
 		// for task wid-41) is followed too.
 		remote = resolve(ctx, dir, "refs/remotes/origin/"+want.HeadBranch)

@@ -85,7 +85,12 @@ func (w *Writeback) enabled() bool { return w.GiteaURL != "" || w.PlaneURL != ""
 func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js jetstream.JetStream, kv jetstream.KeyValue, log *zap.Logger) error {
 	c := n.cfg.Writeback
 	if !c.enabled() {
+		// A SIGHUP (systemd's reload) must not end the notifier even
+		// with no registry to reload.
+		var none registryHolder
+		hup := notifyHUP()
 		log.Info("no ORCH_GITEA_URL or ORCH_PLANE_URL: no tracker write-back")
+		wg.Go(func() { none.reloadOnHUP(ctx, hup, "", log) })
 		return nil
 	}
 	reg, err := registry.Load(c.ProjectsFile)
@@ -112,6 +117,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	}
 	n.metrics.writeback.Store(w)
 	wg.Go(func() { w.Run(ctx) })
-	wg.Go(func() { current.reloadOnHUP(ctx, c.ProjectsFile, log) })
+	hup := notifyHUP()
+	wg.Go(func() { current.reloadOnHUP(ctx, hup, c.ProjectsFile, log) })
 	return nil
 }

@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,7 +106,7 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 	if _, err := js.Publish(ctx, proto.JobSubject(job.Project, job.Kind), data, jetstream.WithMsgID(job.ID)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Create(ctx, &proto.Status{Job: job, State: proto.StateQueued}); err != nil {
+	if _, err := st.Apply(ctx, &job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
 		t.Fatal(err)
 	}
 	natstest.CheckFor(t, 60*time.Second, 50*time.Millisecond, func() error {

@@ -1,7 +1,8 @@
 // Package status reads and writes job status records in the KV bucket
-// proto.BucketJobs. Every write is a compare-and-set on the record's
-// revision, so a late writer (a runner that stalled past AckWait, say)
-// cannot overwrite a newer state it has not seen.
+// proto.BucketJobs. Every write is one of the named transitions of
+// lifecycle.go, applied as a compare-and-set on the record's revision, so
+// a late writer (a runner that stalled past AckWait, say) cannot
+// overwrite a newer state it has not seen.
 package status
 
 import (
@@ -15,9 +16,6 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 )
-
-// ErrNotFound is returned for a job id with no status record.
-var ErrNotFound = errors.New("no such job")
 
 // Store is the status bucket.
 type Store struct {
@@ -52,40 +50,21 @@ func (s *Store) Get(ctx context.Context, id string) (*proto.Status, uint64, erro
 	return st, e.Revision(), nil
 }
 
-// Create writes st if job st.Job.ID has no record yet, and reports whether
-// it did. This is the dedupe backstop that outlives JetStream's duplicate
-// window.
-func (s *Store) Create(ctx context.Context, st *proto.Status) (bool, error) {
-	st.Schema = proto.SchemaVersion
-	st.UpdatedAt = s.now()
-	data, err := json.Marshal(st)
-	if err != nil {
-		return false, err
-	}
-	_, err = s.KV.Create(ctx, st.Job.ID, data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("creating status of %s: %w", st.Job.ID, err)
-	}
-	return true, nil
-}
-
-// Update applies f to the record of job and writes it back, retrying when
-// another writer got there first. A missing record starts as a queued
-// record of job. f returns false to leave the record as it is; Update then
-// returns the record unchanged.
-func (s *Store) Update(ctx context.Context, job *proto.Job, f func(*proto.Status) bool) (*proto.Status, error) {
+// Apply makes transition t on the record of job and writes it back,
+// retrying when another writer got there first; the guard is checked
+// against each version read. It returns the record as written, or, when
+// the guard refuses, the record as it is and the refusal (ErrTerminal,
+// ErrSuperseded, ...). A job with no record is presented to t as absent.
+func (s *Store) Apply(ctx context.Context, job *proto.Job, t Transition) (*proto.Status, error) {
 	for range 20 {
 		st, rev, err := s.Get(ctx, job.ID)
 		if errors.Is(err, ErrNotFound) {
-			st = &proto.Status{Job: *job, State: proto.StateQueued}
+			st = &proto.Status{Job: *job, State: absent}
 		} else if err != nil {
 			return nil, err
 		}
-		if !f(st) {
-			return st, nil
+		if err := t.apply(st); err != nil {
+			return st, fmt.Errorf("%s %s: %w", t.Name, job.ID, err)
 		}
 		st.Schema = proto.SchemaVersion
 		st.UpdatedAt = s.now()
@@ -102,10 +81,10 @@ func (s *Store) Update(ctx context.Context, job *proto.Job, f func(*proto.Status
 			return st, nil
 		}
 		if !isConflict(err) {
-			return nil, fmt.Errorf("writing status of %s: %w", job.ID, err)
+			return nil, fmt.Errorf("writing status of %s (%s): %w", job.ID, t.Name, err)
 		}
 	}
-	return nil, fmt.Errorf("writing status of %s: too many concurrent writers", job.ID)
+	return nil, fmt.Errorf("writing status of %s (%s): too many concurrent writers", job.ID, t.Name)
 }
 
 // isConflict reports a compare-and-set that lost to another writer.
@@ -117,32 +96,16 @@ func isConflict(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
-// ErrTerminal is returned by Cancel for a job that has already ended.
-var ErrTerminal = errors.New("job has already ended")
-
-// Cancel marks job id cancelled, unless it has ended. This is the whole
-// cancel protocol: a runner skips a job whose record says cancelled when it
-// pulls it, and a runner running it watches its record and stops the agent
-// when it turns cancelled, then terminates the message with reason
-// proto.ReasonCancelled (so the notifier stays quiet).
+// Cancel applies the Cancel transition to job id, which it looks up: a
+// job with no record is ErrNotFound, an ended one ErrTerminal. This is the
+// whole cancel protocol: a runner skips a job whose record says cancelled
+// when it pulls it, and a runner running it watches its record and stops
+// the agent when it turns cancelled, then terminates the message with
+// reason proto.ReasonCancelled (so the notifier stays quiet).
 func (s *Store) Cancel(ctx context.Context, id string) (*proto.Status, error) {
 	cur, _, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	var ended bool
-	st, err := s.Update(ctx, &cur.Job, func(st *proto.Status) bool {
-		if ended = st.State.Terminal(); ended {
-			return false
-		}
-		st.State, st.Error = proto.StateCancelled, "cancelled"
-		return true
-	})
-	if err != nil {
-		return nil, err
-	}
-	if ended {
-		return st, ErrTerminal
-	}
-	return st, nil
+	return s.Apply(ctx, &cur.Job, Cancel())
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/status/statustest"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
@@ -610,12 +611,9 @@ func TestAPI(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := status.New(kv).Update(ctx, &dead, func(s *proto.Status) bool {
+		statustest.Set(t, status.New(kv), &dead, func(s *proto.Status) {
 			s.State, s.DLQSeq = proto.StateFailed, ack.Sequence
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 		code, body := g.do(t, http.MethodPost, "/jobs/"+dead.ID+"/retry", auth, nil)
 		var a accepted
 		_ = json.Unmarshal(body, &a)

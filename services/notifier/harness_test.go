@@ -27,6 +27,7 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/status/statustest"
 )
 
 func TestMain(m *testing.M) {
@@ -275,14 +276,11 @@ func (b *bundle) queue(name, title string) *proto.Job {
 		t.Fatal(err)
 	}
 	code := 3
-	if _, err := b.status.Update(b.ctx(), job, func(s *proto.Status) bool {
+	statustest.Set(t, b.status, job, func(s *proto.Status) {
 		s.State, s.Attempt, s.MaxAttempts = proto.StateRetrying, b.attempt, b.attempt
 		s.Runner, s.ExitCode, s.Log, s.CostUSD, s.Turns = "runner-1", &code, logPath, 0.42, 7
 		s.Error = "agent exited with code 3: want <expected>"
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	return job
 }
 

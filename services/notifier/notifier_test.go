@@ -17,6 +17,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/status/statustest"
 )
 
 func TestTerminalFailure(t *testing.T) {
@@ -374,9 +375,7 @@ func TestEscaping(t *testing.T) {
 	title := `Fix <div class="x"> & </div> 🚀 Починить виджет & <b>bold</b>`
 	job := b.queue("escape", title)
 	errText := "ошибка: <nil> & 💥 ✓ Ünïcödé > all"
-	if _, err := b.status.Update(b.ctx(), job, func(s *proto.Status) bool { s.Error = errText; return true }); err != nil {
-		t.Fatal(err)
-	}
+	statustest.Set(t, b.status, job, func(s *proto.Status) { s.Error = errText })
 	b.run(map[string]action{job.ID: actFail})
 	b.settled(30 * time.Second)
 	msgs := b.tg.messages()

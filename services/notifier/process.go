@@ -92,6 +92,16 @@ func (n *Notifier) process(ctx context.Context, log *zap.Logger, adv *proto.Advi
 		return result{job: job.ID, outcome: outcomeCancelled}
 	}
 
+	if f.st.State == proto.StateDone {
+		// Its success was recorded, yet its message was not acked: the
+		// record stands, and there is nothing to alert on.
+		log.Info("job done: no alert")
+		if err := n.removeJob(op, adv); err != nil {
+			return result{job: job.ID, err: err}
+		}
+		return result{job: job.ID, outcome: outcomeDone}
+	}
+
 	// Dead-letter first: the job is kept and shown failed even while
 	// Telegram is down.
 	st := f.st
@@ -102,16 +112,15 @@ func (n *Notifier) process(ctx context.Context, log *zap.Logger, adv *proto.Advi
 				return result{job: job.ID, err: err}
 			}
 		}
-		st, err = n.status.Update(op, job, func(s *proto.Status) bool {
-			s.State, s.Attempt = proto.StateFailed, max(s.Attempt, f.attempts)
-			if seq != 0 {
-				s.DLQSeq = seq
+		st, err = n.status.Apply(op, job, status.DeadLetter(f.attempts, seq, time.Now().UTC()))
+		if errors.Is(err, status.ErrTerminal) {
+			// Cancelled or done since it was read: nothing to alert on.
+			log.Info("job ended meanwhile: no alert", zap.String("state", string(st.State)))
+			if err := n.removeJob(op, adv); err != nil {
+				return result{job: job.ID, err: err}
 			}
-			if s.FinishedAt.IsZero() {
-				s.FinishedAt = time.Now().UTC()
-			}
-			return true
-		})
+			return result{job: job.ID, outcome: outcomeDone}
+		}
 		if err != nil {
 			return result{job: job.ID, err: err}
 		}
@@ -193,7 +202,10 @@ func (n *Notifier) failure(ctx context.Context, adv *proto.Advisory) (*failure, 
 		}
 		f.reason += fmt.Sprintf(" (undecodable job: %v)", err)
 	}
-	st, err := n.status.Update(ctx, job, func(*proto.Status) bool { return false })
+	st, _, err := n.status.Get(ctx, job.ID)
+	if errors.Is(err, status.ErrNotFound) {
+		st, err = &proto.Status{Job: *job, State: proto.StateQueued}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -265,22 +277,19 @@ func (n *Notifier) alert(ctx, op context.Context, log *zap.Logger, f *failure, s
 // message is out, and without the marker a later try would send it again.
 func (n *Notifier) markAlerted(op context.Context, log *zap.Logger, job *proto.Job) error {
 	for {
-		var twice bool
-		_, err := n.status.Update(op, job, func(s *proto.Status) bool {
-			if s.Alerted {
-				twice = true
-				return false
-			}
-			s.Alerted = true
-			return true
-		})
-		if err == nil {
-			if twice {
-				log.Warn("another notifier had alerted on this failure too")
-			}
+		_, err := n.status.Apply(op, job, status.MarkAlerted())
+		switch {
+		case err == nil:
 			return nil
-		}
-		if op.Err() != nil {
+		case errors.Is(err, status.ErrAlerted):
+			log.Warn("another notifier had alerted on this failure too")
+			return nil
+		case errors.Is(err, status.ErrNotFailed):
+			// Not something a retry changes; the lifecycle keeps a
+			// failed record failed, so this is a record written by hand.
+			log.Error("could not record that the alert was sent", zap.Error(err))
+			return nil
+		case op.Err() != nil:
 			log.Error("could not record that the alert was sent: it may be sent again", zap.Error(err))
 			return fmt.Errorf("recording the alert marker: %w", err)
 		}

@@ -213,7 +213,7 @@ func (e *env) enqueue(j *proto.Job) {
 	if _, err := e.js.Publish(ctx, proto.JobSubject(j.Project, j.Kind), data, jetstream.WithMsgID(j.ID)); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.status.Create(ctx, &proto.Status{Job: *j, State: proto.StateQueued}); err != nil {
+	if _, err := e.status.Apply(ctx, j, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
 		e.t.Fatal(err)
 	}
 }

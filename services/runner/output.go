@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/logstream"
 )
@@ -77,13 +78,9 @@ func (r *Runner) recordProgress(ctx context.Context, log *zap.Logger, job *proto
 			continue
 		}
 		last = activity
-		_, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
-			if st.State != proto.StateRunning || st.Attempt != attempt {
-				return false
-			}
+		_, err := r.status.Apply(ctx, job, status.Progress(attempt, func(st *proto.Status) {
 			st.Turns, st.CostUSD, st.LastActivity = prog.Turns, prog.CostUSD, activity.UTC()
-			return true
-		})
+		}))
 		if err != nil && ctx.Err() == nil {
 			log.Debug("recording progress", zap.Error(err))
 		}

@@ -468,26 +468,21 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if job.Kind == proto.KindCleanup {
 		logPath = ""
 	}
-	wrote, st, err := r.write(ctx, job, attempt, func(st *proto.Status) {
-		st.State, st.Attempt, st.MaxAttempts = proto.StateRunning, attempt, r.cfg.MaxAttempts
-		st.Runner, st.StartedAt, st.FinishedAt = r.cfg.Name, time.Now().UTC(), time.Time{}
-		st.Log, st.Error, st.ExitCode = "", "", nil
-		if *r.cfg.LogLocal {
-			st.Log = logPath
-		}
-		st.Result, st.CostUSD, st.Turns, st.SessionID = "", 0, 0, ""
-		st.LastActivity = time.Time{}
-	})
+	logField := ""
+	if *r.cfg.LogLocal {
+		logField = logPath
+	}
+	st, err := r.status.Apply(ctx, job, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()))
 	switch {
+	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateCancelled:
+		return outcome{res: agent.Result{ExitCode: -1, Err: errCancelled}}
+	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateDone:
+		return outcome{res: agent.Result{Err: errAlreadyDone}}
+	case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrSuperseded):
+		return outcome{res: agent.Result{ExitCode: -1, Err: errSuperseded}}
 	case err != nil:
 		// Status is bookkeeping: a KV hiccup does not stop the job.
 		log.Warn("recording running state", zap.Error(err))
-	case !wrote && st.State == proto.StateCancelled:
-		return outcome{res: agent.Result{ExitCode: -1, Err: errCancelled}}
-	case !wrote && st.State == proto.StateDone:
-		return outcome{res: agent.Result{Err: errAlreadyDone}}
-	case !wrote:
-		return outcome{res: agent.Result{ExitCode: -1, Err: errSuperseded}}
 	}
 	r.metrics.started(job, attempt)
 
@@ -536,23 +531,6 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	return out
 }
 
-// write applies f to the job's record unless the record has moved on: it
-// is terminal, or a later delivery (attempt) owns it. It reports whether it
-// wrote, and the record as it is now.
-func (r *Runner) write(ctx context.Context, job *proto.Job, attempt int, f func(*proto.Status)) (bool, *proto.Status, error) {
-	wrote := false
-	st, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
-		if st.State.Terminal() || st.Attempt > attempt {
-			wrote = false
-			return false
-		}
-		f(st)
-		wrote = true
-		return true
-	})
-	return wrote, st, err
-}
-
 // terminate ends a job that can never run. Term removes it from the
 // WorkQueue stream at once, so what is known of it goes to KV first: the
 // notifier reads it from there.
@@ -564,12 +542,7 @@ func (r *Runner) terminate(ctx context.Context, log *zap.Logger, msg jetstream.M
 		job = &proto.Job{ID: "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10), Kind: "unknown", Project: "unknown"}
 	}
 	job.Task.ID = cmp.Or(job.Task.ID, "unknown")
-	_, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
-		now := time.Now().UTC()
-		st.State, st.Attempt, st.MaxAttempts = proto.StateFailed, attempt, r.cfg.MaxAttempts
-		st.Error, st.Runner, st.FinishedAt = cause.Error(), r.cfg.Name, now
-		return true
-	})
+	_, err := r.status.Apply(ctx, job, status.Reject(attempt, r.cfg.MaxAttempts, r.cfg.Name, cause.Error(), time.Now().UTC()))
 	if err != nil {
 		log.Error("recording terminated job", zap.Error(err))
 	}
@@ -627,37 +600,35 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
 	defer cancel()
 	res := out.res
-	now := time.Now().UTC()
-	record := func(state proto.State) bool {
-		var wrote bool
+	o := status.Outcome{
+		Attempt: attempt, MaxAttempts: r.cfg.MaxAttempts, Runner: r.cfg.Name,
+		FinishedAt: time.Now().UTC(), ExitCode: res.ExitCode,
+	}
+	if res.Err != nil {
+		o.Err = res.Err.Error()
+	}
+	if c := out.claude; c != nil {
+		o.Agent, o.CostUSD, o.Turns, o.SessionID = true, c.TotalCostUSD, c.NumTurns, c.SessionID
+		o.Result = c.Text()
+	}
+	// record applies t and reports whether it wrote; a refusal (the
+	// record has moved on) is not retried.
+	record := func(t func(status.Outcome) status.Transition) bool {
+		tr := t(o)
+		var refused bool
 		err := retry(ctx, func() error {
-			var err error
-			wrote, _, err = r.write(ctx, job, attempt, func(st *proto.Status) {
-				st.State, st.Attempt, st.MaxAttempts = state, attempt, r.cfg.MaxAttempts
-				st.FinishedAt, st.Runner = now, r.cfg.Name
-				code := res.ExitCode
-				st.ExitCode = &code
-				st.Error = ""
-				if res.Err != nil {
-					st.Error = res.Err.Error()
-				}
-				// What the agent reported is this attempt's: an attempt
-				// without a report shows none, not an earlier attempt's.
-				st.Result, st.CostUSD, st.Turns, st.SessionID = "", 0, 0, ""
-				if c := out.claude; c != nil {
-					st.CostUSD, st.Turns, st.SessionID = c.TotalCostUSD, c.NumTurns, c.SessionID
-					// A failed run's text is already its error.
-					if state == proto.StateDone {
-						st.Result = c.Text()
-					}
-				}
-			})
+			_, err := r.status.Apply(ctx, job, tr)
+			if errors.Is(err, status.ErrTerminal) || errors.Is(err, status.ErrSuperseded) {
+				refused = true
+				return nil
+			}
 			return err
 		})
 		if err != nil {
-			log.Warn("recording state", zap.String("state", string(state)), zap.Error(err))
+			log.Warn("recording state", zap.String("transition", tr.Name), zap.Error(err))
+			return false
 		}
-		return wrote
+		return !refused
 	}
 	switch {
 	case errors.Is(res.Err, errAlreadyDone):
@@ -681,7 +652,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		log.Warn("job lost to another runner: not settling it", zap.Error(res.Err))
 		r.metrics.settled(job, out, outcomeLostLease)
 	case errors.Is(res.Err, errShutdown):
-		record(proto.StateQueued)
+		record(status.Requeue)
 		r.metrics.settled(job, out, outcomeHandedBack)
 		// Handed back at once: the attempt was not the job's fault.
 		_ = msg.Nak()
@@ -691,7 +662,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		// root: a retry would fail the same way, so fail the job now. Term
 		// reaches the notifier as MSG_TERMINATED with a runner's reason,
 		// which it alerts on and dead-letters like any failure.
-		if !record(proto.StateFailed) {
+		if !record(status.Fail) {
 			log.Warn("agent lacks the permissions it needs, but the record has moved on: not terminating", zap.Error(res.Err))
 			return
 		}
@@ -700,7 +671,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		}
 		log.Error("agent lacks the permissions it needs: job failed without retries", zap.Error(res.Err))
 	case res.Err == nil:
-		if !record(proto.StateDone) {
+		if !record(status.Finish) {
 			if st, _, err := r.status.Get(ctx, job.ID); err == nil && st.Attempt > attempt {
 				log.Warn("job done, but a later delivery owns it now: not acking")
 				r.metrics.settled(job, out, outcomeLostLease)
@@ -715,7 +686,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		r.metrics.settled(job, out, outcomeDone)
 	case attempt < r.cfg.MaxAttempts:
 		delay := RetryDelay(r.cfg.RetryDelay, r.cfg.RetryMaxDelay, attempt)
-		record(proto.StateRetrying)
+		record(status.Retry)
 		r.metrics.settled(job, out, outcomeRetry)
 		if err := msg.NakWithDelay(delay); err != nil {
 			log.Warn("nak", zap.Error(err))
@@ -724,7 +695,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 	default:
 		// The last attempt: JetStream's MAX_DELIVERIES advisory takes it
 		// to the notifier, which alerts and dead-letters it.
-		record(proto.StateFailed)
+		record(status.Fail)
 		r.metrics.settled(job, out, outcomeFailed)
 		_ = msg.Nak()
 		log.Error("agent failed on its last attempt", zap.Error(res.Err), zap.Int("exit_code", res.ExitCode))
@@ -741,16 +712,8 @@ func costOf(c *agent.ClaudeResult) float64 {
 // recordCancelled adds how the stopped attempt ended to a cancelled
 // record; the state stays cancelled.
 func (r *Runner) recordCancelled(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, res agent.Result) {
-	_, err := r.status.Update(ctx, job, func(st *proto.Status) bool {
-		if st.State != proto.StateCancelled || st.Attempt > attempt {
-			return false
-		}
-		code := res.ExitCode
-		st.ExitCode, st.FinishedAt, st.Runner = &code, time.Now().UTC(), r.cfg.Name
-		st.Error = proto.ReasonCancelled
-		return true
-	})
-	if err != nil {
+	_, err := r.status.Apply(ctx, job, status.Stopped(attempt, r.cfg.Name, res.ExitCode, time.Now().UTC()))
+	if err != nil && !errors.Is(err, status.ErrNotCancelled) && !errors.Is(err, status.ErrSuperseded) {
 		log.Warn("recording cancelled job", zap.Error(err))
 	}
 }
@@ -783,9 +746,11 @@ func (r *Runner) advance(ctx context.Context, log *zap.Logger, job *proto.Job, p
 		if _, err := r.js.Publish(ctx, proto.JobSubject(nj.Project, nj.Kind), data, jetstream.WithMsgID(nj.ID)); err != nil {
 			return fmt.Errorf("publishing job %s: %w", nj.ID, err)
 		}
-		// A runner may already have picked it up: Create leaves its state.
-		_, err = r.status.Create(ctx, &proto.Status{Job: nj, State: proto.StateQueued, MaxAttempts: r.cfg.MaxAttempts})
-		return err
+		// A runner may already have picked it up: Queue leaves its state.
+		if _, err := r.status.Apply(ctx, &nj, status.Queue(r.cfg.MaxAttempts)); err != nil && !errors.Is(err, status.ErrExists) {
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		log.Error("pipeline: queuing the next job failed", zap.Error(err))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/status/statustest"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
@@ -356,12 +357,9 @@ func TestStaleRunnerCannotOverwrite(t *testing.T) {
 	j := job("stale", "task-z", proto.KindImplement)
 	e.enqueue(j)
 	// Simulate: a later delivery (attempt 2) has finished the job.
-	if _, err := e.status.Update(ctx, j, func(st *proto.Status) bool {
+	statustest.Set(t, e.status, j, func(st *proto.Status) {
 		st.State, st.Attempt, st.Runner = proto.StateDone, 2, "new"
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	// The job's message is delivered again (attempt 1 on this consumer):
 	// the runner sees done, acks, and leaves the record alone.
 	e.start(e.config("old", e.script(`touch $RUNS/ran`)))

@@ -121,9 +121,9 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		return Result{}, fmt.Errorf("publishing job %s: %w", job.ID, err)
 	}
 	q.metrics.ObservePublish(start)
-	// Create-if-absent: the runner may already have written a newer
-	// state, which Create leaves alone.
-	if _, err := c.status.Create(ctx, &proto.Status{Job: *job, State: proto.StateQueued}); err != nil {
+	// Queue only creates: the runner may already have written a newer
+	// state, which it leaves alone.
+	if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
 		return Result{}, err
 	}
 	return Result{Duplicate: ack.Duplicate}, nil

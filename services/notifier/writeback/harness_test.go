@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/status/statustest"
 	"github.com/orch-dev/orch/proto/trackertest"
 )
 
@@ -128,9 +129,7 @@ func (b *bundle) prJob(name string, pr int) *proto.Job {
 // set writes the job's status record as a runner would.
 func (b *bundle) set(job *proto.Job, f func(*proto.Status)) {
 	b.t.Helper()
-	if _, err := b.status.Update(b.ctx, job, func(s *proto.Status) bool { f(s); return true }); err != nil {
-		b.t.Fatal(err)
-	}
+	statustest.Set(b.t, b.status, job, f)
 }
 
 func running(attempt int) func(*proto.Status) {

@@ -1,0 +1,145 @@
+package status
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/proto"
+)
+
+// TestLifecycle applies every transition to a record in every state, of
+// the same attempt and of a later one, and checks the state it leads to
+// or the refusal.
+func TestLifecycle(t *testing.T) {
+	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
+	o := Outcome{Attempt: 2, MaxAttempts: 3, Runner: "r1", FinishedAt: now, ExitCode: 1, Err: "boom"}
+	transitions := []Transition{
+		Queue(3),
+		StartAttempt(2, 3, "r1", "/log", now),
+		Progress(2, func(st *proto.Status) { st.Turns = 9 }),
+		Finish(o), Retry(o), Fail(o), Requeue(o),
+		Reject(2, 3, "r1", "unknown project", now),
+		Cancel(),
+		Stopped(2, "r1", -1, now),
+		DeadLetter(3, 7, now),
+		MarkAlerted(),
+	}
+	const (
+		q, ru, re  = proto.StateQueued, proto.StateRunning, proto.StateRetrying
+		do, fa, ca = proto.StateDone, proto.StateFailed, proto.StateCancelled
+	)
+	// want[transition][state] is the state after the transition, or the
+	// refusal, for a record of attempt 2 (the transition's own).
+	type cell = any
+	states := []proto.State{absent, q, ru, re, do, fa, ca}
+	want := map[string][]cell{
+		//                 absent       queued        running        retrying       done         failed       cancelled
+		"queue":         {q, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists},
+		"start attempt": {ru, ru, ru, ru, ErrTerminal, ErrTerminal, ErrTerminal},
+		"progress":      {ErrNotRunning, ErrNotRunning, ru, ErrNotRunning, ErrTerminal, ErrTerminal, ErrTerminal},
+		"finish":        {do, do, do, do, ErrTerminal, ErrTerminal, ErrTerminal},
+		"retry":         {re, re, re, re, ErrTerminal, ErrTerminal, ErrTerminal},
+		"fail":          {fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
+		"requeue":       {q, q, q, q, ErrTerminal, ErrTerminal, ErrTerminal},
+		"reject":        {fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
+		"cancel":        {ErrNotFound, ca, ca, ca, ErrTerminal, ErrTerminal, ErrTerminal},
+		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ca},
+		"dead-letter":   {fa, fa, fa, fa, ErrTerminal, fa, ErrTerminal},
+		"mark alerted":  {ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, fa, ErrNotFailed},
+	}
+	// wantLater overrides want for a record that a later attempt (3)
+	// owns: a runner's write for attempt 2 is refused.
+	wantLater := map[string][]cell{
+		"start attempt": {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"progress":      {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"finish":        {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"retry":         {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"fail":          {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"requeue":       {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"reject":        {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrSuperseded},
+	}
+	if len(want) != len(transitions) {
+		t.Fatalf("table has %d transitions, want %d", len(want), len(transitions))
+	}
+	for _, later := range []bool{false, true} {
+		for _, tr := range transitions {
+			row, ok := want[tr.Name]
+			if !ok {
+				t.Fatalf("no row for transition %q", tr.Name)
+			}
+			if r, ok := wantLater[tr.Name]; ok && later {
+				row = r
+			}
+			for i, from := range states {
+				if later && from == absent {
+					continue // an absent record has no attempt
+				}
+				t.Run(fmt.Sprintf("%s/from %s/later=%v", tr.Name, stateName(from), later), func(t *testing.T) {
+					st := &proto.Status{Job: proto.Job{ID: "j"}, State: from}
+					if from != absent {
+						st.Attempt = 2
+						if later {
+							st.Attempt = 3
+						}
+					}
+					before := *st
+					err := tr.apply(st)
+					switch w := row[i].(type) {
+					case error:
+						if !errors.Is(err, w) {
+							t.Fatalf("got %v (state %s), want refusal %v", err, st.State, w)
+						}
+						if st.State != before.State || st.Attempt != before.Attempt || st.Alerted != before.Alerted {
+							t.Errorf("refused transition changed the record: %+v", st)
+						}
+					case proto.State:
+						if err != nil {
+							t.Fatalf("refused with %v, want %s", err, w)
+						}
+						if st.State != w {
+							t.Errorf("state %s, want %s", st.State, w)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func stateName(s proto.State) string {
+	if s == absent {
+		return "absent"
+	}
+	return string(s)
+}
+
+// TestSettledRecordsOutcome checks what a runner's settle writes besides
+// the state: the agent's figures, and its result only for a success.
+func TestSettledRecordsOutcome(t *testing.T) {
+	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
+	o := Outcome{Attempt: 1, MaxAttempts: 3, Runner: "r1", FinishedAt: now, Agent: true,
+		CostUSD: 0.5, Turns: 4, SessionID: "s", Result: "all good"}
+	for _, tc := range []struct {
+		tr     Transition
+		result string
+	}{{Finish(o), "all good"}, {Retry(o), ""}, {Fail(o), ""}} {
+		st := &proto.Status{State: proto.StateRunning, Attempt: 1, Result: "stale"}
+		if err := tc.tr.apply(st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Result != tc.result || st.CostUSD != 0.5 || st.Turns != 4 || st.SessionID != "s" ||
+			st.ExitCode == nil || *st.ExitCode != 0 || !st.FinishedAt.Equal(now) || st.Runner != "r1" {
+			t.Errorf("%s wrote %+v", tc.tr.Name, st)
+		}
+	}
+	st := &proto.Status{State: proto.StateFailed, Attempt: 2, DLQSeq: 5, FinishedAt: now}
+	if err := DeadLetter(3, 0, now.Add(time.Hour)).apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Attempt != 3 || st.DLQSeq != 5 || !st.FinishedAt.Equal(now) {
+		t.Errorf("dead-letter without a new message lost what was known: %+v", st)
+	}
+}

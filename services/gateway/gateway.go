@@ -24,6 +24,7 @@ import (
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/gateway/api"
+	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/spool"
@@ -125,11 +126,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	index := api.NewIndex()
-	m := metrics.New(sp.Depth, index.Counts)
-	q := queue.New(sp, index, m, log.Named("queue"))
+	ix := index.New()
+	m := metrics.New(sp.Depth, ix.Counts)
+	q := queue.New(sp, ix, m, log.Named("queue"))
 	srv := &api.Server{
-		Log: log.Named("http"), Queue: q, Index: index, Metrics: m, Registry: current.Load,
+		Log: log.Named("http"), Queue: q, Index: ix, Metrics: m, Registry: current.Load,
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
 	}
@@ -163,7 +164,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		q.Connect(nc, js, st)
 		srv.Connect(nc, js, st)
 		log.Info("jetstream connected", zap.Int("spool_depth", sp.Depth()))
-		index.Watch(bg, kv, log.Named("index"))
+		ix.Watch(bg, kv, log.Named("index"))
 	})
 	wg.Go(func() { q.Drain(bg, spool.RetryDelayDefault) })
 

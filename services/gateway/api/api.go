@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 )
@@ -33,7 +34,7 @@ const RecentLimitMax = 1000
 type Server struct {
 	Log          *zap.Logger
 	Queue        *queue.Queue
-	Index        *Index
+	Index        *index.Index
 	Metrics      *metrics.Metrics
 	Registry     func() *registry.Registry
 	GiteaSecret  string
@@ -132,7 +133,7 @@ type QueueAnswer struct {
 	Stream   *StreamFigures      `json:"stream"`
 	Consumer *ConsumerFigures    `json:"consumer"`
 	Spool    SpoolFigures        `json:"spool"`
-	Recent   []Recent            `json:"recent"`
+	Recent   []index.Recent      `json:"recent"`
 }
 
 // StreamFigures are the JOBS stream's figures.

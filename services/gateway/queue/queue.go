@@ -40,11 +40,12 @@ const (
 	RetryPause = 200 * time.Millisecond
 )
 
-// ErrUnavailable is returned while JetStream cannot be used: not
-// connected yet, disconnected, or the job index not read yet.
+// ErrUnavailable is returned while JetStream cannot be used (not
+// connected yet, or disconnected), and by CancelTask while the job index
+// has not read the bucket yet.
 var ErrUnavailable = errors.New("jetstream unavailable")
 
-// Tasks finds the open jobs of a task (the api Index).
+// Tasks finds the open jobs of a task (the gateway's index.Index).
 type Tasks interface {
 	OpenJobs(project, task string) []string
 	Synced() bool
@@ -87,8 +88,6 @@ func (q *Queue) ready() (*conn, error) {
 		return nil, fmt.Errorf("%w: not connected yet", ErrUnavailable)
 	case c.nc.Status() != nats.CONNECTED:
 		return nil, fmt.Errorf("%w: nats %s", ErrUnavailable, c.nc.Status())
-	case !q.tasks.Synced():
-		return nil, fmt.Errorf("%w: job index not read yet", ErrUnavailable)
 	}
 	return c, nil
 }
@@ -143,6 +142,10 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*proto.Status, error) {
 func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string, error) {
 	if _, err := q.ready(); err != nil {
 		return nil, err
+	}
+	if !q.tasks.Synced() {
+		// Only the index knows a task's jobs.
+		return nil, fmt.Errorf("%w: job index not read yet", ErrUnavailable)
 	}
 	var done []string
 	for _, id := range q.tasks.OpenJobs(project, task) {

@@ -1,4 +1,7 @@
-package api
+// Package index is the gateway's in-memory view of the status bucket,
+// kept current by a KV watch: counts per state and the recent list for
+// GET /queue, and each task's open jobs for cancelling a task.
+package index
 
 import (
 	"container/list"
@@ -42,8 +45,8 @@ type Recent struct {
 
 type taskKey struct{ project, task string }
 
-// NewIndex returns an empty index.
-func NewIndex() *Index {
+// New returns an empty index.
+func New() *Index {
 	return &Index{
 		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{},
 		recent: list.New(), counts: map[proto.State]int{},

@@ -1,0 +1,54 @@
+package runner
+
+import (
+	"context"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/services/runner/prompt"
+)
+
+// projects is one version of the project registry and the task templates
+// it names. They are loaded and swapped together, and a job takes one
+// version when it starts and keeps it to its end, so a reload never gives
+// a job in flight a project and templates from different files.
+type projects struct {
+	reg   *registry.Registry
+	tmpls *prompt.Templates
+}
+
+// loadProjects reads the registry at path and the templates it names.
+// Its errors name the file and, for the registry, the line.
+func loadProjects(path string) (*projects, error) {
+	reg, err := registry.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	tmpls, err := prompt.Load(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &projects{reg: reg, tmpls: tmpls}, nil
+}
+
+// reloadOnSignal reloads the registry and its templates on every signal on
+// hup until ctx ends. A file or template that does not load leaves the old
+// version in place, so a typo never stops a running runner.
+func (r *Runner) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		p, err := loadProjects(r.cfg.ProjectsFile)
+		if err != nil {
+			r.log.Error("reloading the project registry failed, keeping the old one", zap.String("file", r.cfg.ProjectsFile), zap.Error(err))
+			continue
+		}
+		r.projects.Store(p)
+		r.log.Info("project registry reloaded", zap.String("file", r.cfg.ProjectsFile), zap.Int("projects", len(p.reg.Projects())))
+	}
+}

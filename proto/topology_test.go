@@ -13,6 +13,8 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 )
 
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
+
 func TestEnsureIsIdempotent(t *testing.T) {
 	srv := natstest.Server(t)
 	_, js, _ := natstest.Connect(t, srv)
@@ -27,8 +29,14 @@ func TestEnsureIsIdempotent(t *testing.T) {
 			t.Errorf("stream %s: %v", name, err)
 		}
 	}
-	s, _ := js.Stream(ctx, proto.StreamJobs)
-	info, _ := s.Info(ctx)
+	s, err := js.Stream(ctx, proto.StreamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Duplicates != proto.DuplicateWindowDefault {
 		t.Errorf("JOBS config = %+v", info.Config)
 	}
@@ -52,7 +60,10 @@ func TestEnsureAllowsDirectOnAnExistingJobsStream(t *testing.T) {
 	if _, err := (proto.Topology{}).Ensure(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := js.Stream(ctx, proto.StreamJobs)
+	s, err := js.Stream(ctx, proto.StreamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	info, err := s.Info(ctx)
 	if err != nil || !info.Config.AllowDirect || info.Config.Retention != jetstream.WorkQueuePolicy || info.State.Msgs != 1 {
 		t.Fatalf("JOBS after Ensure: %+v %+v (%v), want direct gets allowed and the job kept", info.Config, info.State, err)
@@ -74,7 +85,10 @@ func TestAdvisoriesAreCaptured(t *testing.T) {
 	}
 	for i, kind := range []proto.Kind{proto.KindReview, proto.KindFix} {
 		job := proto.Job{Schema: 1, ID: proto.JobID(string(kind)), Kind: kind, Project: "p", Task: proto.Task{ID: "t"}}
-		data, _ := json.Marshal(job)
+		data, err := json.Marshal(job)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := js.Publish(ctx, proto.JobSubject("p", kind), data); err != nil {
 			t.Fatal(err)
 		}
@@ -83,10 +97,20 @@ func TestAdvisoriesAreCaptured(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			_ = msg.TermWithReason(proto.TermReason(job.ID, "cannot run"))
+			if err := msg.TermWithReason(proto.TermReason(job.ID, "cannot run")); err != nil {
+				t.Fatal(err)
+			}
 		} else {
-			_ = msg.Nak() // MaxDeliver 1: the next pull sees it exhausted
-			_, _ = cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+			if err := msg.Nak(); err != nil { // MaxDeliver 1: the next pull sees it exhausted
+				t.Fatal(err)
+			}
+			// The batch is read to its end, so its fetch is over too.
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range batch.Messages() {
+			}
 		}
 	}
 	adv, err := js.Stream(ctx, proto.StreamAdvisories)

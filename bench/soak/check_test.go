@@ -99,7 +99,7 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 	r := &report{jobs: len(jobs), kills: s.kills, jsRestarts: len(s.jsDown), queue: queue}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	alerts, msgs := s.tg.alerts()
+	alerts, msgs := alerts(s.tg)
 	r.alertMsgs = msgs
 	known := map[string]bool{}
 	type event struct {

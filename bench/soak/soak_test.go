@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,6 +26,7 @@ import (
 	"github.com/orch-dev/orch/bench/internal/project"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/embedded"
+	"github.com/orch-dev/orch/proto/testkit"
 )
 
 //go:embed agent.sh
@@ -47,41 +47,22 @@ const (
 	jobsPerTask = 5
 )
 
-// telegram is the fake Bot API: it records every message.
-type telegram struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (tg *telegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Text string `json:"text"`
-	}
-	_ = json.NewDecoder(r.Body).Decode(&body)
-	tg.mu.Lock()
-	tg.msgs = append(tg.msgs, body.Text)
-	n := len(tg.msgs)
-	tg.mu.Unlock()
-	fmt.Fprintf(w, `{"ok":true,"result":{"message_id":%d}}`, n)
-}
-
 var jobIDPattern = regexp.MustCompile(`[0-9a-f]{24}`)
 
 // alerts counts the messages naming each job id.
-func (tg *telegram) alerts() (map[string]int, int) {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
+func alerts(tg *testkit.Telegram) (map[string]int, int) {
+	msgs := tg.Messages()
 	out := map[string]int{}
-	for _, m := range tg.msgs {
+	for _, m := range msgs {
 		seen := map[string]bool{}
-		for _, id := range jobIDPattern.FindAllString(m, -1) {
+		for _, id := range jobIDPattern.FindAllString(m.Text, -1) {
 			if !seen[id] {
 				seen[id] = true
 				out[id]++
 			}
 		}
 	}
-	return out, len(tg.msgs)
+	return out, len(msgs)
 }
 
 // system is the soak's world: the server in this process, the services as
@@ -96,8 +77,7 @@ type system struct {
 	srv      *embedded.Server
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
-	tg       *telegram
-	tgURL    string
+	tg       *testkit.Telegram
 	gateway  string
 
 	mu      sync.Mutex
@@ -168,7 +148,7 @@ func newSystem(t *testing.T) *system {
 	}
 	sys := &system{
 		t: t, dir: dir, procs: map[string]*proc.Proc{}, gen: map[string]int{},
-		ended: map[string]time.Time{}, killed: map[string]bool{}, tg: &telegram{},
+		ended: map[string]time.Time{}, killed: map[string]bool{},
 		client: &http.Client{Timeout: 10 * time.Second},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -188,9 +168,7 @@ func newSystem(t *testing.T) *system {
 	if err := os.WriteFile(sys.agent, agentScript, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tg := httptest.NewServer(sys.tg)
-	t.Cleanup(tg.Close)
-	sys.tgURL = tg.URL
+	sys.tg = testkit.NewTelegram(t, "123:abc")
 
 	sys.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "jetstream"), SyncAlways: true})
 	if err != nil {
@@ -218,7 +196,7 @@ func newSystem(t *testing.T) *system {
 	sys.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET="+gitea.Secret, "ORCH_PLANE_SECRET=plane-secret",
 		"ORCH_API_TOKEN="+apiToken)
 	sys.start("notifier", "ORCH_TELEGRAM_BOT_TOKEN=123:abc", "ORCH_TELEGRAM_CHAT_ID=42",
-		"ORCH_TELEGRAM_API_URL="+sys.tgURL, "ORCH_NOTIFY_RETRY_DELAY=200ms")
+		"ORCH_TELEGRAM_API_URL="+sys.tg.URL, "ORCH_NOTIFY_RETRY_DELAY=200ms")
 	sys.startRunner("r1")
 	sys.startRunner("r2")
 	sys.waitReady(ctx)
@@ -312,14 +290,8 @@ func (s *system) waitReady(ctx context.Context) {
 }
 
 func (s *system) ready(ctx context.Context) error {
-	resp, err := s.client.Get(s.gateway + "/readyz")
-	if err != nil {
+	if err := testkit.ReadyErr(s.client, s.gateway); err != nil {
 		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("gateway readyz %d", resp.StatusCode)
 	}
 	for _, c := range []struct {
 		stream, consumer string

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -28,11 +27,14 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
 )
+
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // clusterGiteaSecret signs the test's webhooks.
 const clusterGiteaSecret = "cluster-test-secret"
@@ -124,32 +126,6 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// gitRepo makes a real repository with one commit on main, for clone_url.
-func gitRepo(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "widgets.git")
-	run := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=test", "GIT_AUTHOR_EMAIL=test@example.com",
-			"GIT_COMMITTER_NAME=test", "GIT_COMMITTER_EMAIL=test@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	run("init", "-q", "-b", "main")
-	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# widgets\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run("add", "README.md")
-	run("commit", "-q", "-m", "initial")
-	return dir
-}
-
 // orchSystem is the three services, in this process, against the cluster.
 type orchSystem struct {
 	gatewayURL string
@@ -171,11 +147,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	projects := filepath.Join(dir, "projects.yaml")
-	registry := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n", gitRepo(t))
-	if err := os.WriteFile(projects, []byte(registry), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	projects, _ := testkit.Project(t, dir, "")
 	common := func(name string) service.Common {
 		return service.Common{NATSURL: c.url(), StreamReplicas: 3, DataDir: filepath.Join(dir, name)}
 	}
@@ -212,17 +184,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 			}
 		})
 	}
-	natstest.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
-		resp, err := http.Get(sys.gatewayURL + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
+	testkit.Ready(t, nil, sys.gatewayURL, 60*time.Second)
 	return sys
 }
 

@@ -5,10 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +20,7 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
 )
@@ -51,30 +48,9 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 	if err := os.WriteFile(claude, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	projects := filepath.Join(dir, "projects.yaml")
-	registry := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n", gitRepo(t))
-	if err := os.WriteFile(projects, []byte(registry), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	projects, _ := testkit.Project(t, dir, "")
 
-	// Telegram: record every message.
-	var (
-		mu       sync.Mutex
-		messages []string
-	)
-	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		form, _ := url.ParseQuery(string(body))
-		text := form.Get("text")
-		if text == "" {
-			text = string(body) // a JSON body
-		}
-		mu.Lock()
-		messages = append(messages, text)
-		mu.Unlock()
-		_, _ = io.WriteString(w, `{"ok":true,"result":{"message_id":1}}`)
-	}))
-	t.Cleanup(tg.Close)
+	tg := testkit.NewTelegram(t, "123:fake")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -119,10 +95,9 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 		}
 		return nil
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(messages) != 1 || !strings.Contains(messages[0], "denied Bash") {
-		t.Errorf("Telegram got %d messages %q, want one naming the denied tool", len(messages), messages)
+	messages := tg.Messages()
+	if len(messages) != 1 || !strings.Contains(messages[0].Text, "denied Bash") {
+		t.Errorf("Telegram got %d messages %+v, want one naming the denied tool", len(messages), messages)
 	}
 	runs, _ := os.ReadFile(filepath.Join(dir, "runs"))
 	if n := strings.Count(string(runs), "run"); n != 1 {

@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 )
 
@@ -40,11 +41,7 @@ func TestRunnerRunsOtherSchemas(t *testing.T) {
 	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	projects := filepath.Join(dir, "projects.yaml")
-	registry := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n", gitRepo(t))
-	if err := os.WriteFile(projects, []byte(registry), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	projects, _ := testkit.Project(t, dir, "")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,50 +17,28 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/metricstest"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
-	"github.com/orch-dev/orch/services/runner/workspace"
 )
+
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 const (
 	giteaSecret = "fixture-secret"
 	apiToken    = "e2e-token"
 )
 
-// fakeTelegram records the messages a bot would have sent.
-type fakeTelegram struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (f *fakeTelegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Text string `json:"text"`
-	}
-	_ = json.NewDecoder(r.Body).Decode(&body)
-	f.mu.Lock()
-	f.msgs = append(f.msgs, body.Text)
-	f.mu.Unlock()
-	_, _ = io.WriteString(w, `{"ok":true,"result":{"message_id":1}}`)
-}
-
-func (f *fakeTelegram) messages() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.msgs...)
-}
-
 type system struct {
 	url      string // the gateway
 	runner   string // the runner's /healthz, /readyz, /metrics
 	notifier string // the notifier's
 	runsDir  string
-	telegram *fakeTelegram
+	telegram *testkit.Telegram
 }
 
 // startSystem runs an embedded JetStream server and the three services in
@@ -70,7 +47,7 @@ type system struct {
 func startSystem(t *testing.T) *system {
 	dir := t.TempDir()
 	srv := natstest.Server(t)
-	sys := &system{runsDir: filepath.Join(dir, "runs"), telegram: &fakeTelegram{}}
+	sys := &system{runsDir: filepath.Join(dir, "runs")}
 	if err := os.MkdirAll(sys.runsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -85,17 +62,8 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 	}
 	// The runner works in real git worktrees: the project's clone_url is
 	// a repository made here.
-	remote := filepath.Join(dir, "remote")
-	if err := workspace.CreateRepo(context.Background(), remote, "main", map[string]string{"README.md": "widgets\n"}); err != nil {
-		t.Fatal(err)
-	}
-	projects := filepath.Join(dir, "projects.yaml")
-	registryYAML := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n", remote)
-	if err := os.WriteFile(projects, []byte(registryYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tg := httptest.NewServer(sys.telegram)
-	t.Cleanup(tg.Close)
+	projects, _ := testkit.Project(t, dir, "")
+	sys.telegram = testkit.NewTelegram(t, "123:abc")
 
 	common := service.Common{NATSURL: srv.URL(), DataDir: dir}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -122,7 +90,7 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 		},
 		func() error {
 			return notifier.Run(ctx, notifier.Config{Common: common, TelegramBotToken: "123:abc", TelegramChatID: "42",
-				TelegramAPIURL: tg.URL, RetryDelay: 100 * time.Millisecond, Listener: notifierLn}, log.Named("notifier"))
+				TelegramAPIURL: sys.telegram.URL, RetryDelay: 100 * time.Millisecond, Listener: notifierLn}, log.Named("notifier"))
 		},
 	}
 	for _, run := range runs {
@@ -132,14 +100,9 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 			}
 		})
 	}
-	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		for _, u := range []string{sys.url, sys.runner, sys.notifier} {
-			if code, body := metricstest.Get(u + "/readyz"); code != http.StatusOK {
-				return fmt.Errorf("%s/readyz: %d %s", u, code, body)
-			}
-		}
-		return nil
-	})
+	for _, u := range []string{sys.url, sys.runner, sys.notifier} {
+		testkit.Ready(t, nil, u, 10*time.Second)
+	}
 	return sys
 }
 
@@ -156,9 +119,14 @@ func (s *system) postPR(t *testing.T, edit func(map[string]any)) (*http.Response
 	}
 	if edit != nil {
 		edit(payload)
-		raw, _ = json.Marshal(payload)
+		if raw, err = json.Marshal(payload); err != nil {
+			t.Fatal(err)
+		}
 	}
-	req, _ := http.NewRequest(http.MethodPost, s.url+"/webhooks/gitea", strings.NewReader(string(raw)))
+	req, err := http.NewRequest(http.MethodPost, s.url+"/webhooks/gitea", strings.NewReader(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Gitea-Event-Type", "pull_request")
 	req.Header.Set("X-Gitea-Signature", webhook.Sign(giteaSecret, raw))
@@ -174,7 +142,10 @@ func (s *system) postPR(t *testing.T, edit func(map[string]any)) (*http.Response
 // getJSON reads url with the API token.
 func getJSON(t *testing.T, url string, v any) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Authorization", "Bearer "+apiToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -279,15 +250,15 @@ func TestEndToEnd(t *testing.T) {
 			if q.Stream.Messages != 0 {
 				return fmt.Errorf("JOBS holds %d messages, want 0", q.Stream.Messages)
 			}
-			if len(sys.telegram.messages()) != 1 {
-				return fmt.Errorf("%d telegram messages, want 1: %q", len(sys.telegram.messages()), sys.telegram.messages())
+			if len(sys.telegram.Messages()) != 1 {
+				return fmt.Errorf("%d telegram messages, want 1: %+v", len(sys.telegram.Messages()), sys.telegram.Messages())
 			}
 			return nil
 		})
 		if n := sys.runs(t, id); n != 3 {
 			t.Errorf("agent ran %d times, want ORCH_MAX_ATTEMPTS = 3", n)
 		}
-		msg := sys.telegram.messages()[0]
+		msg := sys.telegram.Messages()[0].Text
 		for _, want := range []string{"Breaks &lt;everything&gt; &amp; more", id, "Attempts: 3", "Exit code: 3", "&lt;expected&gt;"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("alert lacks %q:\n%s", want, msg)
@@ -295,8 +266,8 @@ func TestEndToEnd(t *testing.T) {
 		}
 		// Nothing more arrives later.
 		time.Sleep(500 * time.Millisecond)
-		if n := len(sys.telegram.messages()); n != 1 {
-			t.Errorf("%d telegram messages, want exactly 1: %q", n, sys.telegram.messages())
+		if n := len(sys.telegram.Messages()); n != 1 {
+			t.Errorf("%d telegram messages, want exactly 1: %+v", n, sys.telegram.Messages())
 		}
 		var ans struct {
 			Status proto.Status `json:"status"`

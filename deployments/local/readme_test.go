@@ -25,6 +25,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 
@@ -187,17 +188,7 @@ func startMakeRun(t *testing.T, dataDir string, env map[string]string) *localRun
 		})
 	}
 	t.Cleanup(lr.stop)
-	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		resp, err := http.Get("http://" + lr.addr + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %d", resp.StatusCode)
-		}
-		return nil
-	})
+	testkit.Ready(t, nil, "http://"+lr.addr, 30*time.Second)
 	return lr
 }
 

@@ -1,6 +1,13 @@
 package natstest
 
-import "go.uber.org/goleak"
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
 
 // IgnoreServer returns goleak options that leave out the embedded
 // nats-server's own background goroutines. Shutdown stops them, but some
@@ -15,4 +22,21 @@ func IgnoreServer() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).syncBlocks"),
 	}
+}
+
+// VerifyTestMain runs a package's tests and then fails them if any
+// goroutine other than the embedded server's teardown is left running:
+// the TestMain of every package whose code starts goroutines. Idle
+// keep-alive connections of http.DefaultClient are closed first; they
+// belong to the client, not to the code under test.
+func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	code := m.Run()
+	if code == 0 {
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(append(IgnoreServer(), opts...)...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

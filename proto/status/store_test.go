@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/status"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, natstest.IgnoreServer()...) }
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // The guards hold against the bucket: a second queue leaves the record,
 // a cancel wins over a settle that read the record before it, and many

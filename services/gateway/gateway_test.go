@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/proto"
@@ -25,13 +24,12 @@ import (
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/proto/status/statustest"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, natstest.IgnoreServer()...)
-}
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 const (
 	giteaSecret  = "fixture-secret"
@@ -130,13 +128,7 @@ func (g *gw) stop(t *testing.T) {
 // ready waits until the gateway is connected and its job index read.
 func (g *gw) ready(t *testing.T) {
 	t.Helper()
-	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		code, body := g.do(t, http.MethodGet, "/readyz", nil, nil)
-		if code != http.StatusOK {
-			return fmt.Errorf("readyz %d %s", code, body)
-		}
-		return nil
-	})
+	testkit.Ready(t, nil, g.url, 30*time.Second)
 }
 
 func (g *gw) do(t *testing.T, method, path string, headers map[string]string, body []byte) (int, []byte) {
@@ -516,7 +508,10 @@ func TestFixturesOverHTTP(t *testing.T) {
 	e := newEnv(t)
 	g := e.start()
 	g.ready(t)
-	files, _ := filepath.Glob("testdata/*/*.headers.json")
+	files, err := filepath.Glob("testdata/*/*.headers.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures in testdata (%v)", err)
+	}
 	for _, f := range files {
 		name := strings.TrimSuffix(strings.TrimPrefix(f, "testdata/"), ".headers.json")
 		t.Run(name, func(t *testing.T) {

@@ -4,19 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -28,116 +23,13 @@ import (
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/proto/status/statustest"
+	"github.com/orch-dev/orch/proto/testkit"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, natstest.IgnoreServer()...)
-}
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // testToken is the bot token of every test; it must never reach a log.
 const testToken = "123456:SECRET-token-never-logged"
-
-// tgMsg is one message the fake Telegram accepted.
-type tgMsg struct {
-	Chat      string
-	Thread    int
-	ParseMode string
-	Text      string
-	At        time.Time
-}
-
-// fakeTelegram answers sendMessage as the Bot API does. answer, when set,
-// picks the answer to the nth request (from 1); otherwise every request is
-// accepted.
-type fakeTelegram struct {
-	*httptest.Server
-
-	mu       sync.Mutex
-	answer   func(n int) (code int, body string)
-	onAccept func(tgMsg)
-	requests int
-	msgs     []tgMsg
-}
-
-func newFakeTelegram(t *testing.T) *fakeTelegram {
-	f := &fakeTelegram{}
-	f.Server = httptest.NewServer(f)
-	t.Cleanup(f.Close)
-	return f
-}
-
-// Answers as Telegram gives them.
-const (
-	answer429 = `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 1","parameters":{"retry_after":1}}`
-	answer500 = `{"ok":false,"error_code":500,"description":"Internal Server Error"}`
-	answer401 = `{"ok":false,"error_code":401,"description":"Unauthorized"}`
-	answer400 = `{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}`
-)
-
-func (f *fakeTelegram) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/bot"+testToken+"/sendMessage" {
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = io.WriteString(w, `{"ok":false,"error_code":404,"description":"Not Found"}`)
-		return
-	}
-	var body struct {
-		ChatID    json.RawMessage `json:"chat_id"`
-		Text      string          `json:"text"`
-		ParseMode string          `json:"parse_mode"`
-		Thread    int             `json:"message_thread_id"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Text == "" {
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, `{"ok":false,"error_code":400,"description":"Bad Request: message text is empty"}`)
-		return
-	}
-	f.mu.Lock()
-	f.requests++
-	n := f.requests
-	code, ans := http.StatusOK, ""
-	if f.answer != nil {
-		code, ans = f.answer(n)
-	}
-	var accepted *tgMsg
-	if code == http.StatusOK {
-		m := tgMsg{Chat: strings.Trim(string(body.ChatID), `"`), Thread: body.Thread, ParseMode: body.ParseMode, Text: body.Text, At: time.Now()}
-		f.msgs = append(f.msgs, m)
-		accepted = &m
-		ans = fmt.Sprintf(`{"ok":true,"result":{"message_id":%d,"date":%d,"chat":{"id":%s},"text":"..."}}`, n, time.Now().Unix(), m.Chat)
-	}
-	onAccept := f.onAccept
-	f.mu.Unlock()
-	if accepted != nil && onAccept != nil {
-		onAccept(*accepted) // Telegram holds the message; the bot has no answer yet
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = io.WriteString(w, ans)
-}
-
-func (f *fakeTelegram) messages() []tgMsg {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]tgMsg(nil), f.msgs...)
-}
-
-func (f *fakeTelegram) requestCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.requests
-}
-
-func (f *fakeTelegram) setOnAccept(h func(tgMsg)) {
-	f.mu.Lock()
-	f.onAccept = h
-	f.mu.Unlock()
-}
-
-func (f *fakeTelegram) setAnswer(a func(n int) (int, string)) {
-	f.mu.Lock()
-	f.answer = a
-	f.mu.Unlock()
-}
 
 // bundle is a JetStream server with orch's topology, a fake Telegram and
 // a fake runner, for one test.
@@ -147,7 +39,7 @@ type bundle struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	status  *status.Store
-	tg      *fakeTelegram
+	tg      *testkit.Telegram
 	runner  jetstream.Consumer
 	logs    *observer.ObservedLogs
 	log     *zap.Logger
@@ -162,7 +54,7 @@ func setup(t *testing.T) *bundle {
 	nc, js, kv := natstest.Connect(t, srv)
 	bg, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
-	b := &bundle{t: t, srv: srv, nc: nc, js: js, status: status.New(kv), tg: newFakeTelegram(t), dir: t.TempDir(), attempt: 3, bg: bg}
+	b := &bundle{t: t, srv: srv, nc: nc, js: js, status: status.New(kv), tg: testkit.NewTelegram(t, testToken), dir: t.TempDir(), attempt: 3, bg: bg}
 	var core zapcore.Core
 	core, b.logs = observer.New(zap.DebugLevel)
 	b.log = zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core(), core))
@@ -377,7 +269,7 @@ func (b *bundle) settled(timeout time.Duration) {
 // messagesFor counts the accepted messages that name job.
 func (b *bundle) messagesFor(id string) int {
 	n := 0
-	for _, m := range b.tg.messages() {
+	for _, m := range b.tg.Messages() {
 		if strings.Contains(m.Text, id) {
 			n++
 		}

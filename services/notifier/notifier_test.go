@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/status/statustest"
+	"github.com/orch-dev/orch/proto/testkit"
 )
 
 func TestTerminalFailure(t *testing.T) {
@@ -44,7 +45,7 @@ func TestTerminalFailure(t *testing.T) {
 			b.settled(30 * time.Second)
 
 			b.checkDeadLettered(job)
-			msgs := b.tg.messages()
+			msgs := b.tg.Messages()
 			if len(msgs) != 1 {
 				t.Fatalf("%d messages, want 1", len(msgs))
 			}
@@ -118,9 +119,9 @@ func TestTerminalFailure(t *testing.T) {
 func TestRateLimitedTwiceThenAccepted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.tg.setAnswer(func(n int) (int, string) {
+	b.tg.SetAnswer(func(n int) (int, string) {
 		if n <= 2 {
-			return http.StatusTooManyRequests, answer429
+			return http.StatusTooManyRequests, testkit.Answer429
 		}
 		return http.StatusOK, ""
 	})
@@ -131,7 +132,7 @@ func TestRateLimitedTwiceThenAccepted(t *testing.T) {
 	b.settled(30 * time.Second)
 
 	b.checkDeadLettered(job)
-	if n := b.tg.requestCount(); n != 3 {
+	if n := b.tg.Requests(); n != 3 {
 		t.Errorf("%d requests, want 3 (429, 429, 200)", n)
 	}
 	if d := time.Since(began); d < 2*time.Second {
@@ -146,9 +147,9 @@ func TestTelegramDownForAWhile(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var up atomic.Bool
-	b.tg.setAnswer(func(int) (int, string) {
+	b.tg.SetAnswer(func(int) (int, string) {
 		if !up.Load() {
-			return http.StatusInternalServerError, answer500
+			return http.StatusInternalServerError, testkit.Answer500
 		}
 		return http.StatusOK, ""
 	})
@@ -164,7 +165,7 @@ func TestTelegramDownForAWhile(t *testing.T) {
 	// the others wait behind the first, whose job is dead-lettered
 	// already.
 	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if n := b.tg.requestCount(); n < 6 {
+		if n := b.tg.Requests(); n < 6 {
 			return fmt.Errorf("%d requests", n)
 		}
 		if n := b.streamMsgs(proto.StreamDLQ); n < 1 {
@@ -172,7 +173,7 @@ func TestTelegramDownForAWhile(t *testing.T) {
 		}
 		return nil
 	})
-	if n := len(b.tg.messages()); n != 0 {
+	if n := len(b.tg.Messages()); n != 0 {
 		t.Fatalf("%d messages accepted while Telegram answered 500", n)
 	}
 	up.Store(true)
@@ -196,7 +197,7 @@ func TestNotifierDownWhileJobsFail(t *testing.T) {
 		jobs[j.ID], all = act, append(all, j)
 	}
 	b.run(jobs)
-	if n := b.tg.requestCount(); n != 0 {
+	if n := b.tg.Requests(); n != 0 {
 		t.Fatalf("%d requests with no notifier running", n)
 	}
 	// JetStream itself restarts too, on the same store.
@@ -206,7 +207,7 @@ func TestNotifierDownWhileJobsFail(t *testing.T) {
 	b.start(b.config(), hooks{})
 	b.settled(60 * time.Second)
 	b.checkDeadLettered(all...)
-	if n := len(b.tg.messages()); n != 3 {
+	if n := len(b.tg.Messages()); n != 3 {
 		t.Errorf("%d messages, want 3", n)
 	}
 }
@@ -217,7 +218,7 @@ func TestCrashAfterTelegramAccepted(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var first atomic.Pointer[running]
-		b.tg.setOnAccept(func(tgMsg) {
+		b.tg.SetOnAccept(func(testkit.TelegramMessage) {
 			if r := first.Load(); r != nil {
 				r.cancel() // SIGTERM while the answer is on its way
 			}
@@ -226,13 +227,13 @@ func TestCrashAfterTelegramAccepted(t *testing.T) {
 		job := b.queue("one", "Shutdown")
 		b.run(map[string]action{job.ID: actFail})
 		natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
-			if len(b.tg.messages()) == 0 {
+			if len(b.tg.Messages()) == 0 {
 				return errors.New("no message yet")
 			}
 			return nil
 		})
 		first.Load().stop(t)
-		b.tg.setOnAccept(nil)
+		b.tg.SetOnAccept(nil)
 
 		b.start(b.config(), hooks{ackWait: 2 * time.Second})
 		b.settled(30 * time.Second)
@@ -259,7 +260,7 @@ func TestCrashAfterTelegramAccepted(t *testing.T) {
 		b.start(b.config(), hooks{ackWait: 2 * time.Second})
 		b.settled(30 * time.Second)
 		b.checkDeadLettered(job)
-		if n := b.tg.requestCount(); n != 1 {
+		if n := b.tg.Requests(); n != 1 {
 			t.Errorf("%d requests to Telegram, want 1", n)
 		}
 	})
@@ -280,7 +281,7 @@ func TestCancelledJobIsNotAlerted(t *testing.T) {
 	}
 	b.run(map[string]action{cancelled.ID: actCancel, cancelledLate.ID: actFail})
 	b.settled(30 * time.Second)
-	if n := b.tg.requestCount(); n != 0 {
+	if n := b.tg.Requests(); n != 0 {
 		t.Errorf("%d messages for cancelled jobs, want 0", n)
 	}
 	if n := b.streamMsgs(proto.StreamDLQ); n != 0 {
@@ -309,7 +310,7 @@ func TestServerTerminationIsNotAlerted(t *testing.T) {
 	job := b.queue("server", "Acked long ago")
 	b.run(map[string]action{job.ID: actServerTerm})
 	b.settled(30 * time.Second)
-	if n := b.tg.requestCount(); n != 0 {
+	if n := b.tg.Requests(); n != 0 {
 		t.Errorf("%d messages for a server termination, want 0", n)
 	}
 	if n := b.streamMsgs(proto.StreamDLQ); n != 0 {
@@ -342,7 +343,7 @@ func TestManyFailuresAtOnce(t *testing.T) {
 	b.settled(90 * time.Second)
 	b.checkDeadLettered(all...)
 
-	msgs := b.tg.messages()
+	msgs := b.tg.Messages()
 	if len(msgs) != 30 {
 		t.Fatalf("%d messages, want 30", len(msgs))
 	}
@@ -378,7 +379,7 @@ func TestEscaping(t *testing.T) {
 	statustest.Set(t, b.status, job, func(s *proto.Status) { s.Error = errText })
 	b.run(map[string]action{job.ID: actFail})
 	b.settled(30 * time.Second)
-	msgs := b.tg.messages()
+	msgs := b.tg.Messages()
 	if len(msgs) != 1 {
 		t.Fatalf("%d messages, want 1", len(msgs))
 	}
@@ -421,14 +422,14 @@ func TestRejectedIsKeptNotSpunOn(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	var fixed atomic.Bool
-	b.tg.setAnswer(func(n int) (int, string) {
+	b.tg.SetAnswer(func(n int) (int, string) {
 		if fixed.Load() {
 			return http.StatusOK, ""
 		}
 		if n%2 == 1 {
-			return http.StatusUnauthorized, answer401
+			return http.StatusUnauthorized, testkit.Answer401
 		}
-		return http.StatusBadRequest, answer400
+		return http.StatusBadRequest, testkit.Answer400
 	})
 	cfg := b.config()
 	cfg.RejectedDelay = 3 * time.Second
@@ -450,7 +451,7 @@ func TestRejectedIsKeptNotSpunOn(t *testing.T) {
 	}
 	// Not spun on: one try, then quiet until the delay has passed.
 	time.Sleep(time.Second)
-	if n := b.tg.requestCount(); n != 1 {
+	if n := b.tg.Requests(); n != 1 {
 		t.Errorf("%d requests within a second of a 401, want 1", n)
 	}
 	if !b.logged("TELEGRAM REJECTS ALERTS") {
@@ -470,7 +471,7 @@ func TestWithoutTokenLogsAndDeadLetters(t *testing.T) {
 	job := b.queue("one", "No token")
 	b.run(map[string]action{job.ID: actTerm})
 	b.settled(30 * time.Second)
-	if n := b.tg.requestCount(); n != 0 {
+	if n := b.tg.Requests(); n != 0 {
 		t.Errorf("%d requests without a token", n)
 	}
 	if n := b.streamMsgs(proto.StreamDLQ); n != 1 {

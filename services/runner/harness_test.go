@@ -27,9 +27,9 @@ import (
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
-	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 // runnerProcessEnv makes the test binary a runner process (TestMain): the
@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	natstest.VerifyTestMain(m)
 }
 
 // env is one test's world: a JetStream server, a git remote, a registry.
@@ -76,17 +76,10 @@ func newEnv(t *testing.T, projectExtra string) *env {
 	e := &env{t: t, dir: dir, srv: natstest.Server(t), remote: filepath.Join(dir, "remote"), runs: filepath.Join(dir, "runs")}
 	_, e.js, e.kv = natstest.Connect(t, e.srv)
 	e.status = status.New(e.kv)
-	if err := workspace.CreateRepo(context.Background(), e.remote, "main", map[string]string{"README.md": "widgets\n"}); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.MkdirAll(e.runs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e.projects = filepath.Join(dir, "projects.yaml")
-	yaml := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n%s", e.remote, projectExtra)
-	if err := os.WriteFile(e.projects, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	e.projects, e.remote = testkit.Project(t, dir, projectExtra)
 	return e
 }
 
@@ -268,28 +261,7 @@ func (e *env) lines(name string) []string {
 
 func (e *env) pid(name string) int {
 	e.t.Helper()
-	var pid int
-	natstest.CheckFor(e.t, 30*time.Second, 10*time.Millisecond, func() error {
-		data, err := os.ReadFile(filepath.Join(e.runs, name))
-		if err != nil {
-			return err
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
-		return err
-	})
-	return pid
-}
-
-func waitGone(t *testing.T, pids ...int) {
-	t.Helper()
-	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		for _, pid := range pids {
-			if agent.Alive(pid) {
-				return fmt.Errorf("process %d is still alive", pid)
-			}
-		}
-		return nil
-	})
+	return testkit.ReadPid(e.t, filepath.Join(e.runs, name))
 }
 
 // The overlap tracker. Agents made with trackedAgent write, per run, a file

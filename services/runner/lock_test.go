@@ -11,6 +11,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
@@ -63,7 +64,7 @@ done
 			if st.Runner != "after" || st.Attempt < 2 {
 				t.Errorf("status %+v, want done by the new runner", st)
 			}
-			waitGone(t, first, child)
+			testkit.WaitGone(t, agent.Alive, first, child)
 			if alive := e.lines("alive-at-restart"); len(alive) > 0 {
 				t.Errorf("processes %v of the first agent (%d, %d) were alive when the second started", alive, first, child)
 			}
@@ -96,11 +97,11 @@ echo "start $(date +%s%N)" > $f
 echo "dir $(pwd)" >> $f
 echo "branch $(git rev-parse --abbrev-ref HEAD)" >> $f
 echo "commits $(git rev-list --count HEAD)" >> $f
-sleep 2
+sleep 4
 git -c user.name=agent -c user.email=agent@example.com commit -q --allow-empty -m "$ORCH_KIND"
 echo "end $(date +%s%N)" >> $f
 `))
-	cfg.MaxConcurrency = 2
+	cfg.MaxConcurrency = 2 // agents of 4s, past the harness's AckWait of 3s and the kill grace
 	e.start(cfg)
 	a, b := job("same-a", "shared", proto.KindImplement), job("same-b", "shared", proto.KindRespond)
 	e.enqueue(a)
@@ -162,7 +163,7 @@ exit 0
 		}
 	}
 	proc.kill()
-	waitGone(t, pids...)
+	testkit.WaitGone(t, agent.Alive, pids...)
 
 	e.start(e.config("after", agentCmd))
 	st := e.waitState(j.ID, proto.StateDone, 60*time.Second)

@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/status/statustest"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
@@ -111,7 +112,7 @@ wait
 	if _, err := e.status.Cancel(context.Background(), j.ID); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, agentPid, childPid)
+	testkit.WaitGone(t, agent.Alive, agentPid, childPid)
 	e.waitStreamEmpty(10 * time.Second)
 	st := e.waitState(j.ID, proto.StateCancelled, 10*time.Second)
 	if st.Error != proto.ReasonCancelled {
@@ -186,7 +187,7 @@ wait
 	e.enqueue(j)
 	agentPid, childPid := e.pid("agent.pid"), e.pid("child.pid")
 	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
-	waitGone(t, agentPid, childPid)
+	testkit.WaitGone(t, agent.Alive, agentPid, childPid)
 	if !strings.Contains(st.Error, "timeout") || st.Log == "" {
 		t.Errorf("status %+v, want a timeout error and a log", st)
 	}

@@ -2,15 +2,14 @@ package telegram
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/proto/testkit"
 	"go.uber.org/goleak"
 )
 
@@ -20,21 +19,12 @@ func TestMain(m *testing.M) {
 
 const token = "42:SECRET"
 
-// fake answers every sendMessage with code and body, and records the
-// request body.
-func fake(t *testing.T, code int, body string) (*Client, *map[string]any) {
+// fake answers every sendMessage with code and body.
+func fake(t *testing.T, code int, body string) (*Client, *testkit.Telegram) {
 	t.Helper()
-	var got map[string]any
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/bot"+token+"/sendMessage" {
-			t.Errorf("path %s", r.URL.Path)
-		}
-		_ = json.NewDecoder(r.Body).Decode(&got)
-		w.WriteHeader(code)
-		_, _ = io.WriteString(w, body)
-	}))
-	t.Cleanup(srv.Close)
-	return &Client{BaseURL: srv.URL + "/", Token: token, ChatID: "-100", ThreadID: 9, HTTP: srv.Client()}, &got
+	srv := testkit.NewTelegram(t, token)
+	srv.SetAnswer(func(int) (int, string) { return code, body })
+	return &Client{BaseURL: srv.URL + "/", Token: token, ChatID: "-100", ThreadID: 9, HTTP: srv.Client()}, srv
 }
 
 func TestSend(t *testing.T) {
@@ -56,10 +46,10 @@ func TestSend(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, got := fake(t, tc.code, tc.body)
+			c, srv := fake(t, tc.code, tc.body)
 			err := c.Send(context.Background(), "<b>hi</b>")
-			if (*got)["text"] != "<b>hi</b>" || (*got)["parse_mode"] != "HTML" || (*got)["chat_id"] != "-100" || (*got)["message_thread_id"] != 9.0 {
-				t.Errorf("request body %v", *got)
+			if got := srv.Received(); len(got) != 1 || got[0].Text != "<b>hi</b>" || got[0].ParseMode != "HTML" || got[0].Chat != "-100" || got[0].Thread != 9 {
+				t.Errorf("requests %+v", got)
 			}
 			var rl *RateLimitedError
 			switch {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -22,9 +21,7 @@ import (
 	"github.com/orch-dev/orch/proto/trackertest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, natstest.IgnoreServer()...)
-}
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // Tokens of every test; they must never reach a log or a comment.
 const (

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
+
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // script writes a sh script into dir and returns its argv.
 func script(t *testing.T, dir, body string) []string {
@@ -23,33 +26,6 @@ func script(t *testing.T, dir, body string) []string {
 		t.Fatal(err)
 	}
 	return []string{"sh", path}
-}
-
-// readPid waits for a pid file and returns its pid.
-func readPid(t *testing.T, path string) int {
-	t.Helper()
-	var pid int
-	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
-		return err
-	})
-	return pid
-}
-
-func waitGone(t *testing.T, pids ...int) {
-	t.Helper()
-	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		for _, pid := range pids {
-			if agent.Alive(pid) {
-				return fmt.Errorf("process %d is still alive", pid)
-			}
-		}
-		return nil
-	})
 }
 
 func spec(t *testing.T, argv []string) agent.Spec {
@@ -110,7 +86,7 @@ while :; do sleep 1; done
 			t.Logf("the agent was not up after %v: trying again", timeout)
 			continue
 		}
-		waitGone(t, readPid(t, filepath.Join(dir, "agent.pid")), readPid(t, filepath.Join(dir, "child.pid")), readPid(t, filepath.Join(dir, "escaped.pid")))
+		testkit.WaitGone(t, agent.Alive, testkit.ReadPid(t, filepath.Join(dir, "agent.pid")), testkit.ReadPid(t, filepath.Join(dir, "child.pid")), testkit.ReadPid(t, filepath.Join(dir, "escaped.pid")))
 		if data, _ := os.ReadFile(s.LogPath); !strings.Contains(string(data), "timeout") {
 			t.Errorf("log does not say timeout: %q", data)
 		}
@@ -125,7 +101,7 @@ func TestLeftoversKilledOnExit(t *testing.T) {
 	if res := agent.Run(context.Background(), spec(t, argv)); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	waitGone(t, readPid(t, filepath.Join(dir, "child.pid")))
+	testkit.WaitGone(t, agent.Alive, testkit.ReadPid(t, filepath.Join(dir, "child.pid")))
 }
 
 // Cancelling the context stops the agent with the context's cause.
@@ -134,10 +110,21 @@ func TestCancel(t *testing.T) {
 	argv := script(t, dir, fmt.Sprintf("echo $$ > %s/agent.pid\nexec sleep 300\n", dir))
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("cancelled")
-	go func() {
-		readPid(t, filepath.Join(dir, "agent.pid"))
-		cancel(cause)
-	}()
+	// The goroutine cannot fail the test itself: it cancels with another
+	// cause when the agent never starts, and the check below reports it.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(filepath.Join(dir, "agent.pid")); err == nil {
+				cancel(cause)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel(errors.New("the agent never wrote its pid"))
+	})
 	res := agent.Run(ctx, spec(t, argv))
 	if !errors.Is(res.Err, cause) {
 		t.Errorf("got %+v, want %v", res, cause)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/api"
+	"github.com/orch-dev/orch/services/gateway/index"
 )
 
 // loginPage logs in from a one-time link (?token=), or shows the form.
@@ -69,11 +70,11 @@ type queueData struct {
 	Stream   *api.StreamFigures
 	Consumer *api.ConsumerFigures
 	Spool    int
-	Filter   api.Filter
+	Filter   index.Filter
 	Projects []string
 	States   []proto.State
 	Kinds    []proto.Kind
-	Jobs     []api.Recent
+	Jobs     []index.Recent
 	Total    int
 	Page     int
 	Pages    int
@@ -91,7 +92,7 @@ var kinds = []proto.Kind{proto.KindImplement, proto.KindReview, proto.KindFix, p
 
 func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := api.Filter{State: proto.State(q.Get("state")), Project: q.Get("project"), Kind: proto.Kind(q.Get("kind"))}
+	f := index.Filter{State: proto.State(q.Get("state")), Project: q.Get("project"), Kind: proto.Kind(q.Get("kind"))}
 	if f.State != "" && !slices.Contains(proto.States, f.State) {
 		f.State = ""
 	}
@@ -108,7 +109,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	d.Pages = max(1, (d.Total+PageSize-1)/PageSize)
 	counts := b.Counts()
 	for _, s := range proto.States {
-		d.Counts = append(d.Counts, stateCount{State: s, N: counts[s], Link: filterURL(api.Filter{State: s}, 1)})
+		d.Counts = append(d.Counts, stateCount{State: s, N: counts[s], Link: filterURL(index.Filter{State: s}, 1)})
 	}
 	d.Stream, d.Consumer = b.Figures(r.Context())
 	if pageNo > 1 {
@@ -121,7 +122,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 }
 
 // filterURL is the queue page with filter f, at page n.
-func filterURL(f api.Filter, n int) string {
+func filterURL(f index.Filter, n int) string {
 	v := url.Values{}
 	if f.State != "" {
 		v.Set("state", string(f.State))

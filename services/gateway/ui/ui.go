@@ -22,6 +22,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/api"
+	"github.com/orch-dev/orch/services/gateway/index"
 )
 
 // Prefix is the path under which the dashboard is served.
@@ -43,7 +44,7 @@ var staticFS embed.FS
 // cancel or retry from a page runs the very code of the JSON API.
 type Backend interface {
 	Counts() map[proto.State]int
-	Jobs(f api.Filter, offset, limit int) ([]api.Recent, int)
+	Jobs(f index.Filter, offset, limit int) ([]index.Recent, int)
 	Figures(ctx context.Context) (*api.StreamFigures, *api.ConsumerFigures)
 	SpoolDepth() int
 	Projects() []string

@@ -12,6 +12,7 @@ replace (
 require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/orch-dev/orch/proto v0.0.0-00010101000000-000000000000
+	golang.org/x/sync v0.24.0
 )
 
 require (
@@ -23,6 +24,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect

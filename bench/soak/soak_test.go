@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/proc"
@@ -377,36 +378,31 @@ type job struct {
 func (s *system) post(ctx context.Context, n int, posted *atomic.Int64) ([]job, error) {
 	jobs := make([]job, n)
 	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
+		g    errgroup.Group
 		mu   sync.Mutex
 		errs []error
 	)
-	for range senders {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i}
-				doomed := i%doomedEvery == doomedEvery-1
-				if doomed {
-					pr.Branch = fmt.Sprintf("agent/doomed-%d", i%5)
-				}
-				id, err := s.send(ctx, pr)
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					continue
-				}
-				jobs[i] = job{id: id, doomed: doomed}
-				posted.Add(1)
+	g.SetLimit(senders)
+	for i := range n {
+		g.Go(func() error {
+			pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i}
+			doomed := i%doomedEvery == doomedEvery-1
+			if doomed {
+				pr.Branch = fmt.Sprintf("agent/doomed-%d", i%5)
 			}
+			id, err := s.send(ctx, pr)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return nil // one failed webhook does not stop the others
+			}
+			jobs[i] = job{id: id, doomed: doomed}
+			posted.Add(1)
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait() // every sender returns nil; errs holds what failed
 	var out []job
 	for _, j := range jobs {
 		if j.id != "" {

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -157,33 +156,23 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	}
 	sys.gatewayURL = "http://" + ln.Addr().String()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	runnerCfg := func(name string) runner.Config {
 		return runner.Config{Common: common(name), ProjectsFile: projects, Name: name, MaxConcurrency: 4, MaxAttempts: 5,
 			RetryDelay: 100 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 20 * time.Second,
 			ShutdownGrace: 2 * time.Second}
 	}
-	runs := map[string]func() error{
-		"gateway": func() error {
+	testkit.Services(t, map[string]func(context.Context) error{
+		"gateway": func(ctx context.Context) error {
 			return gateway.Run(ctx, gateway.Config{Common: common("gateway"), ProjectsFile: projects,
 				GiteaSecret: clusterGiteaSecret, PlaneSecret: "unused", Listener: ln}, log.Named("gateway"))
 		},
-		"runner-1": func() error { return runner.Run(ctx, runnerCfg("runner-1"), log.Named("runner-1")) },
-		"runner-2": func() error { return runner.Run(ctx, runnerCfg("runner-2"), log.Named("runner-2")) },
-		"notifier": func() error {
+		"runner-1": func(ctx context.Context) error { return runner.Run(ctx, runnerCfg("runner-1"), log.Named("runner-1")) },
+		"runner-2": func(ctx context.Context) error { return runner.Run(ctx, runnerCfg("runner-2"), log.Named("runner-2")) },
+		"notifier": func(ctx context.Context) error {
 			return notifier.Run(ctx, notifier.Config{Common: common("notifier")}, log.Named("notifier"))
 		},
-	}
-	for name, run := range runs {
-		wg.Go(func() {
-			if err := run(); err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
+	})
 	testkit.Ready(t, nil, sys.gatewayURL, 60*time.Second)
 	return sys
 }

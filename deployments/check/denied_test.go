@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,25 +51,17 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 
 	tg := testkit.NewTelegram(t, "123:fake")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	wg.Go(func() {
-		cfg := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "runner")}, ProjectsFile: projects,
-			MaxAttempts: 3, RetryDelay: 100 * time.Millisecond, AgentCommand: claude + " -p --output-format stream-json --verbose",
-			ShutdownGrace: time.Second, AckWait: 5 * time.Second}
-		if err := runner.Run(ctx, cfg, log.Named("runner")); err != nil {
-			t.Errorf("runner: %v", err)
-		}
+	rn := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "runner")}, ProjectsFile: projects,
+		MaxAttempts: 3, RetryDelay: 100 * time.Millisecond, AgentCommand: claude + " -p --output-format stream-json --verbose",
+		ShutdownGrace: time.Second, AckWait: 5 * time.Second}
+	nt := notifier.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "notifier")},
+		TelegramBotToken: "123:fake", TelegramChatID: "-100", TelegramAPIURL: tg.URL, TelegramRate: 100}
+	testkit.Services(t, map[string]func(context.Context) error{
+		"runner":   func(ctx context.Context) error { return runner.Run(ctx, rn, log.Named("runner")) },
+		"notifier": func(ctx context.Context) error { return notifier.Run(ctx, nt, log.Named("notifier")) },
 	})
-	wg.Go(func() {
-		cfg := notifier.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "notifier")},
-			TelegramBotToken: "123:fake", TelegramChatID: "-100", TelegramAPIURL: tg.URL, TelegramRate: 100}
-		if err := notifier.Run(ctx, cfg, log.Named("notifier")); err != nil {
-			t.Errorf("notifier: %v", err)
-		}
-	})
+	ctx := context.Background()
 
 	job := proto.Job{Schema: proto.SchemaVersion, ID: proto.JobID("denied"), Kind: proto.KindImplement, Project: "widgets",
 		Task: proto.Task{ID: "task-1", Title: "Add AGENT_WAS_HERE.md"}, Source: proto.Source{System: "api"}, CreatedAt: time.Now().UTC()}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,17 +42,15 @@ func TestRunnerRunsOtherSchemas(t *testing.T) {
 	}
 	projects, _ := testkit.Project(t, dir, "")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	wg.Go(func() {
-		cfg := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: dir}, ProjectsFile: projects,
-			MaxConcurrency: 2, MaxAttempts: 1, AgentCommand: "sh " + agentScript, ShutdownGrace: time.Second}
-		if err := runner.Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))); err != nil {
-			t.Errorf("runner: %v", err)
-		}
+	cfg := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: dir}, ProjectsFile: projects,
+		MaxConcurrency: 2, MaxAttempts: 1, AgentCommand: "sh " + agentScript, ShutdownGrace: time.Second}
+	testkit.Services(t, map[string]func(context.Context) error{
+		"runner": func(ctx context.Context) error {
+			return runner.Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
+		},
 	})
 
+	ctx := context.Background()
 	st := status.New(kv)
 	for _, file := range []string{"schema1-minimal.json", "schema2-unknown-fields.json"} {
 		t.Run(file, func(t *testing.T) {

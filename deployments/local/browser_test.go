@@ -3,26 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/gateway"
-	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
-	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 const browserToken = "browser-test-token"
@@ -30,7 +22,7 @@ const browserToken = "browser-test-token"
 // browserAgent works for a while on pr-41, printing a line every fifth of
 // a second (so its log grows while a person watches), fails pr-43 at
 // once, and does pr-42 quickly.
-const browserAgent = `#!/bin/sh
+const browserAgent = `
 case "$ORCH_TASK" in
 pr-41) i=0; while [ $i -lt 1500 ]; do i=$((i+1)); echo "step $i: checking <b>bold</b> & <script>alert(1)</script>"; sleep 0.2; done ;;
 pr-43) echo "tests failed: <expected> & <got>"; exit 3 ;;
@@ -41,68 +33,9 @@ esac
 // startDashboardSystem runs JetStream and the three services as make run
 // does, with the dashboard on (ORCH_API_TOKEN set) and browserAgent.
 func startDashboardSystem(t *testing.T) *system {
-	dir := t.TempDir()
-	srv := natstest.Server(t)
-	sys := &system{telegram: &fakeTelegram{}}
-	agent := filepath.Join(dir, "agent.sh")
-	if err := os.WriteFile(agent, []byte(browserAgent), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	remote := filepath.Join(dir, "remote")
-	if err := workspace.CreateRepo(context.Background(), remote, "main", map[string]string{"README.md": "widgets\n"}); err != nil {
-		t.Fatal(err)
-	}
-	projects := filepath.Join(dir, "projects.yaml")
-	reg := fmt.Sprintf("projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n", remote)
-	if err := os.WriteFile(projects, []byte(reg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tg := httptest.NewServer(sys.telegram)
-	t.Cleanup(tg.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys.url = "http://" + ln.Addr().String()
-	common := service.Common{NATSURL: srv.URL(), DataDir: dir}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	log := zaptest.NewLogger(t)
-	runs := []func() error{
-		func() error {
-			return gateway.Run(ctx, gateway.Config{Common: common, ProjectsFile: projects, GiteaSecret: giteaSecret,
-				PlaneSecret: "p", APIToken: browserToken, Listener: ln}, log.Named("gateway"))
-		},
-		func() error {
-			return runner.Run(ctx, runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 2,
-				RetryDelay: 50 * time.Millisecond, AgentCommand: "sh " + agent, AckWait: 3 * time.Second,
-				KillGrace: 500 * time.Millisecond, ShutdownGrace: time.Second}, log.Named("runner"))
-		},
-		func() error {
-			return notifier.Run(ctx, notifier.Config{Common: common, TelegramBotToken: "123:abc", TelegramChatID: "42",
-				TelegramAPIURL: tg.URL, RetryDelay: 100 * time.Millisecond}, log.Named("notifier"))
-		},
-	}
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(); err != nil {
-				t.Errorf("service: %v", err)
-			}
-		})
-	}
-	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		resp, err := http.Get(sys.url + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz %d", resp.StatusCode)
-		}
-		return nil
+	return newSystem(t, browserToken, func(string) string { return browserAgent }, func(cfg *runner.Config) {
+		cfg.MaxAttempts, cfg.AckWait = 2, 3*time.Second
 	})
-	return sys
 }
 
 // browserNames are the executables of a Chromium-based browser, Debian's

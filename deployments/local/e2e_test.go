@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,21 +45,28 @@ type system struct {
 // this process, with a script agent that fails every attempt of task pr-43
 // and records each run in runsDir.
 func startSystem(t *testing.T) *system {
+	return newSystem(t, "", func(runsDir string) string {
+		return fmt.Sprintf(`echo "run $ORCH_ATTEMPT of $ORCH_JOB_ID" >> %q/"$ORCH_JOB_ID"
+test -f "$ORCH_TASK_FILE" || exit 9
+case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; esac
+`, runsDir)
+	}, func(cfg *runner.Config) {
+		cfg.MaxAttempts, cfg.AckWait = 3, 2*time.Second
+	})
+}
+
+// newSystem runs an embedded JetStream server and the three services in
+// this process, as make run does, with the API token (apiToken when
+// empty), the agent script agent writes for runsDir, and the runner's
+// configuration as tune leaves it. It returns once all three are ready.
+func newSystem(t *testing.T, token string, agent func(runsDir string) string, tune func(*runner.Config)) *system {
 	dir := t.TempDir()
 	srv := natstest.Server(t)
 	sys := &system{runsDir: filepath.Join(dir, "runs")}
 	if err := os.MkdirAll(sys.runsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agentScript := filepath.Join(dir, "agent.sh")
-	script := fmt.Sprintf(`#!/bin/sh
-echo "run $ORCH_ATTEMPT of $ORCH_JOB_ID" >> %q/"$ORCH_JOB_ID"
-test -f "$ORCH_TASK_FILE" || exit 9
-case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; esac
-`, sys.runsDir)
-	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agentCommand := testkit.AgentScript(t, dir, "agent.sh", agent(sys.runsDir))
 	// The runner works in real git worktrees: the project's clone_url is
 	// a repository made here.
 	projects, _ := testkit.Project(t, dir, "")
@@ -73,35 +80,25 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 	sys.url = "http://" + ln.Addr().String()
 	runnerLn, notifierLn := listen(t), listen(t)
 	sys.runner, sys.notifier = "http://"+runnerLn.Addr().String(), "http://"+notifierLn.Addr().String()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	rn := runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
+		RetryDelay: 50 * time.Millisecond, AgentCommand: agentCommand, AckWait: 2 * time.Second,
+		KillGrace:     500 * time.Millisecond, // below AckWait/3, as the runner asks
+		ShutdownGrace: time.Second, Listener: runnerLn}
+	tune(&rn)
 	log := zaptest.NewLogger(t)
-	runs := []func() error{
-		func() error {
+	testkit.Services(t, map[string]func(context.Context) error{
+		"gateway": func(ctx context.Context) error {
 			return gateway.Run(ctx, gateway.Config{Common: common, ProjectsFile: projects, GiteaSecret: giteaSecret,
-				PlaneSecret: "p", APIToken: apiToken, Listener: ln}, log.Named("gateway"))
+				PlaneSecret: "p", APIToken: cmp.Or(token, apiToken), Listener: ln}, log.Named("gateway"))
 		},
-		func() error {
-			return runner.Run(ctx, runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
-				RetryDelay: 50 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 2 * time.Second,
-				KillGrace:     500 * time.Millisecond, // below AckWait/3, as the runner asks
-				ShutdownGrace: time.Second, Listener: runnerLn}, log.Named("runner"))
-		},
-		func() error {
+		"runner": func(ctx context.Context) error { return runner.Run(ctx, rn, log.Named("runner")) },
+		"notifier": func(ctx context.Context) error {
 			return notifier.Run(ctx, notifier.Config{Common: common, TelegramBotToken: "123:abc", TelegramChatID: "42",
 				TelegramAPIURL: sys.telegram.URL, RetryDelay: 100 * time.Millisecond, Listener: notifierLn}, log.Named("notifier"))
 		},
-	}
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(); err != nil {
-				t.Errorf("service: %v", err)
-			}
-		})
-	}
+	})
 	for _, u := range []string{sys.url, sys.runner, sys.notifier} {
-		testkit.Ready(t, nil, u, 10*time.Second)
+		testkit.Ready(t, nil, u, 20*time.Second)
 	}
 	return sys
 }

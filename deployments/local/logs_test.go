@@ -10,11 +10,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,11 +21,11 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/logstream"
-	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 const logsToken = "logs-test-token"
@@ -40,14 +38,13 @@ const logsToken = "logs-test-token"
 type logSystem struct {
 	url      string
 	dir      string
-	telegram *fakeTelegram
+	telegram *testkit.Telegram
 }
 
 // agentScript, by task: "print" prints $DIR/output.txt and fails the
 // first attempt; "follow" prints a line, waits for $DIR/release, prints
 // another; "doomed" prints lines and fails every attempt.
-const agentScript = `#!/bin/sh
-DIR=%q
+const agentScript = `DIR=%q
 case "$ORCH_TASK" in
 print) echo "attempt $ORCH_ATTEMPT"; cat "$DIR/output.txt"; [ "$ORCH_ATTEMPT" = 1 ] && exit 1; exit 0;;
 follow) echo "first line"; while [ ! -e "$DIR/release" ]; do sleep 0.05; done; echo "second line"; exit 0;;
@@ -59,21 +56,9 @@ exit 9
 func startLogSystem(t *testing.T) *logSystem {
 	dir := t.TempDir()
 	srv := natstest.Server(t)
-	sys := &logSystem{dir: dir, telegram: &fakeTelegram{}}
-	script := filepath.Join(dir, "agent.sh")
-	if err := os.WriteFile(script, fmt.Appendf(nil, agentScript, dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	remote := filepath.Join(dir, "remote")
-	if err := workspace.CreateRepo(context.Background(), remote, "main", map[string]string{"README.md": "widgets\n"}); err != nil {
-		t.Fatal(err)
-	}
-	projects := filepath.Join(dir, "projects.yaml")
-	if err := os.WriteFile(projects, fmt.Appendf(nil, "projects:\n  - key: widgets\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n", remote), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tg := httptest.NewServer(sys.telegram)
-	t.Cleanup(tg.Close)
+	sys := &logSystem{dir: dir, telegram: testkit.NewTelegram(t, "123:abc")}
+	agent := testkit.AgentScript(t, dir, "agent.sh", fmt.Sprintf(agentScript, dir))
+	projects, _ := testkit.Project(t, dir, "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -82,47 +67,27 @@ func startLogSystem(t *testing.T) *logSystem {
 	common := func(name string) service.Common {
 		return service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, name)}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
 	log := zaptest.NewLogger(t)
 	runnerCfg := func(name string) runner.Config {
 		return runner.Config{Common: common(name), ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 2,
-			RetryDelay: 50 * time.Millisecond, AgentCommand: "sh " + script, AckWait: 3 * time.Second,
+			RetryDelay: 50 * time.Millisecond, AgentCommand: agent, AckWait: 3 * time.Second,
 			KillGrace: 500 * time.Millisecond, ShutdownGrace: time.Second, Name: name,
 			// No file is left on the runners' disks: the stream is all.
 			LogLocal: new(false)}
 	}
-	runs := []func() error{
-		func() error {
+	testkit.Services(t, map[string]func(context.Context) error{
+		"gateway": func(ctx context.Context) error {
 			return gateway.Run(ctx, gateway.Config{Common: common("gateway"), ProjectsFile: projects, GiteaSecret: "g",
 				PlaneSecret: "p", APIToken: logsToken, Listener: ln}, log.Named("gateway"))
 		},
-		func() error { return runner.Run(ctx, runnerCfg("runner-a"), log.Named("runner-a")) },
-		func() error { return runner.Run(ctx, runnerCfg("runner-b"), log.Named("runner-b")) },
-		func() error {
+		"runner-a": func(ctx context.Context) error { return runner.Run(ctx, runnerCfg("runner-a"), log.Named("runner-a")) },
+		"runner-b": func(ctx context.Context) error { return runner.Run(ctx, runnerCfg("runner-b"), log.Named("runner-b")) },
+		"notifier": func(ctx context.Context) error {
 			return notifier.Run(ctx, notifier.Config{Common: common("notifier"), TelegramBotToken: "123:abc", TelegramChatID: "42",
-				TelegramAPIURL: tg.URL, RetryDelay: 100 * time.Millisecond, PublicURL: "https://orch.example.com"}, log.Named("notifier"))
+				TelegramAPIURL: sys.telegram.URL, RetryDelay: 100 * time.Millisecond, PublicURL: "https://orch.example.com"}, log.Named("notifier"))
 		},
-	}
-	for _, run := range runs {
-		wg.Go(func() {
-			if err := run(); err != nil {
-				t.Errorf("service: %v", err)
-			}
-		})
-	}
-	natstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
-		resp, err := http.Get(sys.url + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %d", resp.StatusCode)
-		}
-		return nil
 	})
+	testkit.Ready(t, nil, sys.url, 20*time.Second)
 	return sys
 }
 
@@ -317,9 +282,9 @@ func TestAlertTailComesFromTheStream(t *testing.T) {
 	sys.waitState(t, id, proto.StateFailed)
 	var msg string
 	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		for _, m := range sys.telegram.messages() {
-			if strings.Contains(m, id) {
-				msg = m
+		for _, m := range sys.telegram.Messages() {
+			if strings.Contains(m.Text, id) {
+				msg = m.Text
 				return nil
 			}
 		}

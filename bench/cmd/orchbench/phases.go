@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/proc"
@@ -192,33 +193,15 @@ func (b *bench) send(ctx context.Context, d gitea.Delivery, n int) (string, erro
 	return ans.Jobs[0].ID, nil
 }
 
-// pool runs f(i) for i in [0, n) on c goroutines and returns the first
-// error.
+// pool runs f(i) for i in [0, n), at most c at once, and returns the
+// first error.
 func pool(n, c int, f func(i int) error) error {
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for range c {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
+	var g errgroup.Group
+	g.SetLimit(c)
+	for i := range n {
+		g.Go(func() error { return f(i) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }
 
 // --- intake ---

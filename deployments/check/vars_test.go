@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/notifier"
@@ -76,9 +74,8 @@ var orchServices = []orchService{
 	},
 }
 
-func parseEnv(cfg any, environ map[string]string) error {
-	return env.ParseWithOptions(cfg, env.Options{Prefix: service.EnvPrefix, Environment: environ})
-}
+// parseEnv reads cfg from environ as the service reads its environment.
+func parseEnv(cfg any, environ map[string]string) error { return service.Parse(cfg, environ) }
 
 func serviceNamed(t *testing.T, name string) orchService {
 	t.Helper()

@@ -4,12 +4,12 @@
 package service
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 	"time"
 
@@ -22,53 +22,47 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// Defaults of the common settings.
-const (
-	NATSURLDefault   = "nats://127.0.0.1:4222"
-	LogLevelDefault  = "info"
-	LogFormatDefault = "json"
-	DataDirDefault   = "./.data"
-)
-
 // EnvPrefix is the prefix of every orch environment variable.
 const EnvPrefix = "ORCH_"
 
-// Common holds the settings every service reads.
+// Common holds the settings every service reads. The defaults of every
+// service's settings are the envDefault tags of its Config, and only
+// there (see FromEnv and SetDefaults).
 type Common struct {
-	// NATSURL lists NATS servers, comma-separated. Default NATSURLDefault.
-	NATSURL string `env:"NATS_URL"`
+	// NATSURL lists NATS servers, comma-separated.
+	NATSURL string `env:"NATS_URL" envDefault:"nats://127.0.0.1:4222"`
 	// NATSCreds is a credentials file for a secured cluster.
 	NATSCreds string `env:"NATS_CREDS"`
-	// LogLevel is debug, info, warn or error. Default "info".
-	LogLevel string `env:"LOG_LEVEL"`
-	// LogFormat is json or console. Default "json".
-	LogFormat string `env:"LOG_FORMAT"`
-	// DataDir holds local state. Default "./.data".
-	DataDir string `env:"DATA_DIR"`
-	// StreamReplicas of every stream and bucket orch creates. Default 1.
-	StreamReplicas int `env:"STREAM_REPLICAS"`
-	// DuplicateWindow of the JOBS stream. Default 10m.
-	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW"`
-	// StatusTTL is how long a job's status record is kept. Default 168h.
-	StatusTTL time.Duration `env:"STATUS_TTL"`
-	// LogMaxAge is how long agents' output is kept in JOBS_LOGS. Default 168h.
-	LogMaxAge time.Duration `env:"LOG_MAX_AGE"`
-	// LogMaxBytes bounds JOBS_LOGS; the oldest output goes first. Default 1GiB.
-	LogMaxBytes ByteSize `env:"LOG_MAX_BYTES"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `env:"LOG_LEVEL" envDefault:"info"`
+	// LogFormat is json or console.
+	LogFormat string `env:"LOG_FORMAT" envDefault:"json"`
+	// DataDir holds local state.
+	DataDir string `env:"DATA_DIR" envDefault:"./.data"`
+	// StreamReplicas of every stream and bucket orch creates.
+	StreamReplicas int `env:"STREAM_REPLICAS" envDefault:"1"`
+	// DuplicateWindow of the JOBS stream (proto.DuplicateWindowDefault).
+	DuplicateWindow time.Duration `env:"DUPLICATE_WINDOW" envDefault:"10m"`
+	// StatusTTL is how long a job's status record is kept
+	// (proto.StatusTTLDefault).
+	StatusTTL time.Duration `env:"STATUS_TTL" envDefault:"168h"`
+	// LogMaxAge is how long agents' output is kept in JOBS_LOGS
+	// (proto.LogMaxAgeDefault).
+	LogMaxAge time.Duration `env:"LOG_MAX_AGE" envDefault:"168h"`
+	// LogMaxBytes bounds JOBS_LOGS; the oldest output goes first
+	// (proto.LogMaxBytesDefault).
+	LogMaxBytes ByteSize `env:"LOG_MAX_BYTES" envDefault:"1GiB"`
+
+	// fromEnv is set by FromEnv, whose envDefault tags filled what the
+	// environment left unset: SetDefaults then leaves every value, an
+	// explicit zero included, as the operator gave it.
+	fromEnv bool
 }
 
-// SetDefaults fills the zero fields with their defaults.
-func (c *Common) SetDefaults() {
-	c.NATSURL = cmp.Or(c.NATSURL, NATSURLDefault)
-	c.LogLevel = cmp.Or(c.LogLevel, LogLevelDefault)
-	c.LogFormat = cmp.Or(c.LogFormat, LogFormatDefault)
-	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
-	c.StreamReplicas = cmp.Or(c.StreamReplicas, 1)
-	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, proto.DuplicateWindowDefault)
-	c.StatusTTL = cmp.Or(c.StatusTTL, proto.StatusTTLDefault)
-	c.LogMaxAge = cmp.Or(c.LogMaxAge, proto.LogMaxAgeDefault)
-	c.LogMaxBytes = cmp.Or(c.LogMaxBytes, proto.LogMaxBytesDefault)
-}
+// common gives FromEnv and SetDefaults the Common of any service's Config.
+func (c *Common) common() *Common { return c }
+
+type hasCommon interface{ common() *Common }
 
 // Topology is the stream layout these settings ask for.
 func (c *Common) Topology() proto.Topology {
@@ -77,10 +71,18 @@ func (c *Common) Topology() proto.Topology {
 }
 
 // FromEnv parses cfg (a pointer to a service's Config) from the ORCH_
-// environment variables.
-func FromEnv(cfg any) error {
-	if err := env.ParseWithOptions(cfg, env.Options{Prefix: EnvPrefix}); err != nil {
+// environment variables; a variable that is not set takes its field's
+// envDefault, one that is set is honoured, zero included.
+func FromEnv(cfg any) error { return Parse(cfg, nil) }
+
+// Parse is FromEnv over environ instead of the process's environment (nil:
+// the process's).
+func Parse(cfg any, environ map[string]string) error {
+	if err := env.ParseWithOptions(cfg, env.Options{Prefix: EnvPrefix, Environment: environ}); err != nil {
 		return fmt.Errorf("reading configuration: %w", err)
+	}
+	if c, ok := cfg.(hasCommon); ok {
+		c.common().fromEnv = true
 	}
 	return nil
 }
@@ -88,14 +90,55 @@ func FromEnv(cfg any) error {
 // logOutputs is where loggers write: standard error (tests add a file).
 var logOutputs = []string{"stderr"}
 
+// SetDefaults gives every zero field of cfg (a pointer to a service's
+// Config built in Go, as tests and orch-local do) its envDefault. A Config
+// read by FromEnv has its defaults already and is left alone, so that an
+// explicit ORCH_NOTIFY_RETRY_DELAY=0 stays 0.
+func SetDefaults(cfg any) {
+	if c, ok := cfg.(hasCommon); ok && c.common().fromEnv {
+		return
+	}
+	v := reflect.ValueOf(cfg).Elem()
+	defaults := reflect.New(v.Type())
+	// Parsing an empty environment leaves exactly the envDefault values.
+	if err := env.ParseWithOptions(defaults.Interface(), env.Options{Prefix: EnvPrefix, Environment: map[string]string{}}); err != nil {
+		panic(fmt.Sprintf("envDefault tags of %s: %v", v.Type(), err)) // a typo in a tag: caught by every test
+	}
+	fillZero(v, defaults.Elem())
+}
+
+// fillZero copies each field of def into the zero fields of v, walking
+// into embedded structs. A field tagged default:"env-only" keeps its zero
+// in Go (a listen address: several services may share a test's process).
+func fillZero(v, def reflect.Value) {
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch {
+		case !f.CanSet(), v.Type().Field(i).Tag.Get("default") == "env-only":
+		case v.Type().Field(i).Anonymous && f.Kind() == reflect.Struct:
+			fillZero(f, def.Field(i))
+		case f.IsZero():
+			f.Set(def.Field(i))
+		}
+	}
+}
+
+// Default returns a T (a service's Config) holding its defaults.
+func Default[T any]() T {
+	var cfg T
+	SetDefaults(&cfg)
+	return cfg
+}
+
 // NewLogger builds the zap logger the common settings ask for.
 func NewLogger(c Common, name string) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(cmp.Or(c.LogLevel, LogLevelDefault))
+	SetDefaults(&c)
+	level, err := zapcore.ParseLevel(c.LogLevel)
 	if err != nil {
 		return nil, fmt.Errorf("ORCH_LOG_LEVEL: %w", err)
 	}
 	var zc zap.Config
-	switch cmp.Or(c.LogFormat, LogFormatDefault) {
+	switch c.LogFormat {
 	case "json":
 		zc = zap.NewProductionConfig()
 		// Timestamps a person and a log pipeline both read (RFC 3339,
@@ -122,6 +165,7 @@ func NewLogger(c Common, name string) (*zap.Logger, error) {
 // Connect connects to NATS with reconnects that never give up, and ensures
 // the topology. The caller closes the connection.
 func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue, error) {
+	SetDefaults(&c)
 	opts := []nats.Option{
 		nats.Name("orch-" + name),
 		nats.MaxReconnects(-1),
@@ -139,7 +183,7 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 	if c.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(c.NATSCreds))
 	}
-	nc, err := nats.Connect(cmp.Or(c.NATSURL, NATSURLDefault), opts...)
+	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connecting to nats: %w", err)
 	}

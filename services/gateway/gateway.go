@@ -4,7 +4,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,14 +30,8 @@ import (
 	"github.com/orch-dev/orch/services/gateway/ui"
 )
 
-// Defaults of the gateway's settings.
+// Fixed settings of the gateway.
 const (
-	// HTTPAddrDefault is the default of ORCH_HTTP_ADDR.
-	HTTPAddrDefault = ":8080"
-	// ProjectsFileDefault is the default of ORCH_PROJECTS_FILE.
-	ProjectsFileDefault = "projects.yaml"
-	// MaxBodyBytesDefault is the default of ORCH_MAX_BODY_BYTES.
-	MaxBodyBytesDefault = 5 << 20
 	// ShutdownGrace is how long in-flight requests may take to finish
 	// once the gateway is told to stop.
 	ShutdownGrace = 10 * time.Second
@@ -55,14 +48,14 @@ const (
 	IdleTimeout       = 2 * time.Minute
 )
 
-// Config is the gateway's configuration, read from ORCH_ variables.
+// Config is the gateway's configuration, read from ORCH_ variables; the
+// envDefault tags are the defaults.
 type Config struct {
 	service.Common
-	// HTTPAddr is the listen address. Default HTTPAddrDefault.
-	HTTPAddr string `env:"HTTP_ADDR"`
-	// ProjectsFile is the project registry; SIGHUP reloads it. Default
-	// ProjectsFileDefault.
-	ProjectsFile string `env:"PROJECTS_FILE"`
+	// HTTPAddr is the listen address.
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8080"`
+	// ProjectsFile is the project registry; SIGHUP reloads it.
+	ProjectsFile string `env:"PROJECTS_FILE" envDefault:"projects.yaml"`
 	// GiteaSecret and PlaneSecret verify webhook signatures. Required.
 	GiteaSecret string `env:"GITEA_SECRET"`
 	PlaneSecret string `env:"PLANE_SECRET"`
@@ -72,9 +65,8 @@ type Config struct {
 	// reachable by the webhook senders, so an open read would be open to
 	// anyone.
 	APIToken string `env:"API_TOKEN"`
-	// MaxBodyBytes bounds a webhook body; larger ones get 413. Default
-	// MaxBodyBytesDefault (5MiB).
-	MaxBodyBytes service.ByteSize `env:"MAX_BODY_BYTES"`
+	// MaxBodyBytes bounds a webhook body; larger ones get 413.
+	MaxBodyBytes service.ByteSize `env:"MAX_BODY_BYTES" envDefault:"5MiB"`
 	// PublicURL is the base URL of links to a job.
 	PublicURL string `env:"PUBLIC_URL"`
 
@@ -82,13 +74,9 @@ type Config struct {
 	Listener net.Listener `env:"-"`
 }
 
-// SetDefaults fills the zero fields with their defaults.
-func (c *Config) SetDefaults() {
-	c.Common.SetDefaults()
-	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
-	c.ProjectsFile = cmp.Or(c.ProjectsFile, ProjectsFileDefault)
-	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
-}
+// SetDefaults gives a Config built in Go its defaults (see
+// service.SetDefaults).
+func (c *Config) SetDefaults() { service.SetDefaults(c) }
 
 // Validate reports a configuration the gateway cannot run with.
 func (c *Config) Validate() error {

@@ -16,9 +16,6 @@ import (
 	"github.com/orch-dev/orch/services/notifier/writeback"
 )
 
-// HTTPAddrDefault is the default of ORCH_HTTP_ADDR for the notifier.
-const HTTPAddrDefault = ":8082"
-
 // metrics are the notifier's Prometheus metrics, in a registry of its own
 // so that several notifiers (tests, `make run`) can live in one process,
 // and the state /readyz reports.

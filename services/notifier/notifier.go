@@ -44,22 +44,6 @@ import (
 	"github.com/orch-dev/orch/services/notifier/telegram"
 )
 
-// Defaults of the notifier's settings.
-const (
-	// RetryDelayDefault is the first wait before an advisory is tried
-	// again after Telegram or NATS failed without saying how long to wait.
-	// It doubles with every failed try, up to RetryMaxDelayDefault.
-	RetryDelayDefault = 10 * time.Second
-	// RetryMaxDelayDefault caps the doubling retry delay.
-	RetryMaxDelayDefault = 5 * time.Minute
-	// RejectedDelayDefault is the wait after Telegram rejected a message
-	// (bad token or chat, bot removed): long, since only an operator can
-	// fix it, and the advisory is kept until then.
-	RejectedDelayDefault = 5 * time.Minute
-	// TelegramRateDefault is how many messages a second go to the chat.
-	TelegramRateDefault = telegram.RateDefault
-)
-
 const (
 	// ackWait is how long a notifier may hold an advisory without a
 	// heartbeat before JetStream gives it to another replica. Handling
@@ -71,7 +55,8 @@ const (
 	pullWait = 5 * time.Second
 )
 
-// Config is the notifier's configuration, read from ORCH_ variables.
+// Config is the notifier's configuration, read from ORCH_ variables; the
+// envDefault tags are the defaults.
 type Config struct {
 	service.Common
 	// TelegramBotToken and TelegramChatID say where alerts go; without a
@@ -80,42 +65,37 @@ type Config struct {
 	TelegramChatID   string `env:"TELEGRAM_CHAT_ID"`
 	// TelegramThreadID is the forum topic of the chat, if any.
 	TelegramThreadID int `env:"TELEGRAM_THREAD_ID"`
-	// TelegramAPIURL is the Bot API base. Default telegram.APIURLDefault.
-	TelegramAPIURL string `env:"TELEGRAM_API_URL"`
+	// TelegramAPIURL is the Bot API base (telegram.APIURLDefault).
+	TelegramAPIURL string `env:"TELEGRAM_API_URL" envDefault:"https://api.telegram.org"`
 	// TelegramRate is the most messages a second sent to the chat, across
-	// every replica. Default TelegramRateDefault (1); Telegram asks for at
-	// most 20 a minute in groups (0.33).
-	TelegramRate float64 `env:"TELEGRAM_RATE"`
+	// every replica (telegram.RateDefault); Telegram asks for at most 20 a
+	// minute in groups (0.33).
+	TelegramRate float64 `env:"TELEGRAM_RATE" envDefault:"1"`
 	// PublicURL is the gateway's base URL, for a link to the job.
 	PublicURL string `env:"PUBLIC_URL"`
-	// RetryDelay is the first wait after a failed send. Default
-	// RetryDelayDefault.
-	RetryDelay time.Duration `env:"NOTIFY_RETRY_DELAY"`
-	// RetryMaxDelay caps the doubling wait. Default RetryMaxDelayDefault.
-	RetryMaxDelay time.Duration `env:"NOTIFY_RETRY_MAX_DELAY"`
-	// RejectedDelay is the wait after Telegram rejected a message. Default
-	// RejectedDelayDefault.
-	RejectedDelay time.Duration `env:"NOTIFY_REJECTED_DELAY"`
-	// HTTPAddr is where /healthz, /readyz and /metrics are served.
-	// Read from the environment it defaults to HTTPAddrDefault (":8082");
-	// a Config built in Go with it empty serves nothing, so that several
+	// RetryDelay is the first wait before an advisory is tried again
+	// after Telegram or NATS failed without saying how long to wait; it
+	// doubles with every failed try, up to RetryMaxDelay. 0 tries again
+	// at once.
+	RetryDelay time.Duration `env:"NOTIFY_RETRY_DELAY" envDefault:"10s"`
+	// RetryMaxDelay caps the doubling wait.
+	RetryMaxDelay time.Duration `env:"NOTIFY_RETRY_MAX_DELAY" envDefault:"5m"`
+	// RejectedDelay is the wait after Telegram rejected a message (bad
+	// token or chat, bot removed): long, since only an operator can fix
+	// it, and the advisory is kept until then.
+	RejectedDelay time.Duration `env:"NOTIFY_REJECTED_DELAY" envDefault:"5m"`
+	// HTTPAddr is where /healthz, /readyz and /metrics are served. A
+	// Config built in Go with it empty serves nothing, so that several
 	// notifiers can share a process.
-	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8082"`
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:":8082" default:"env-only"`
 	// Listener, when set, is served instead of HTTPAddr (tests).
 	Listener net.Listener `env:"-"`
 	Writeback
 }
 
-// SetDefaults fills the zero fields with their defaults.
-func (c *Config) SetDefaults() {
-	c.Common.SetDefaults()
-	c.Writeback.setDefaults()
-	c.TelegramAPIURL = cmp.Or(c.TelegramAPIURL, telegram.APIURLDefault)
-	c.TelegramRate = cmp.Or(c.TelegramRate, TelegramRateDefault)
-	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
-	c.RetryMaxDelay = cmp.Or(c.RetryMaxDelay, RetryMaxDelayDefault)
-	c.RejectedDelay = cmp.Or(c.RejectedDelay, RejectedDelayDefault)
-}
+// SetDefaults gives a Config built in Go its defaults (see
+// service.SetDefaults).
+func (c *Config) SetDefaults() { service.SetDefaults(c) }
 
 // Validate reports a configuration the notifier cannot run with.
 func (c *Config) Validate() error {

@@ -1,7 +1,6 @@
 package notifier
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +25,8 @@ import (
 type Writeback struct {
 	// ProjectsFile is the project registry (gitea_repo, plane_project,
 	// plane_workspace, writeback). Needed once a tracker is set up;
-	// SIGHUP reloads it. Default "projects.yaml".
-	ProjectsFile string `env:"PROJECTS_FILE"`
+	// SIGHUP reloads it.
+	ProjectsFile string `env:"PROJECTS_FILE" envDefault:"projects.yaml"`
 	// GiteaURL is Gitea's base URL as a person types it; orch adds
 	// /api/v1. GiteaToken (or the file GiteaTokenFile) is an access token
 	// of the agent's account.
@@ -40,13 +39,8 @@ type Writeback struct {
 	PlaneToken     string `env:"PLANE_TOKEN"`
 	PlaneTokenFile string `env:"PLANE_TOKEN_FILE"`
 	// QueuedAfter is how long a job may wait in the queue before its
-	// comment is created. Default writeback.QueuedAfterDefault (1m).
-	QueuedAfter time.Duration `env:"WRITEBACK_QUEUED_AFTER"`
-}
-
-func (w *Writeback) setDefaults() {
-	w.ProjectsFile = cmp.Or(w.ProjectsFile, "projects.yaml")
-	w.QueuedAfter = cmp.Or(w.QueuedAfter, writeback.QueuedAfterDefault)
+	// comment is created (writeback.QueuedAfterDefault).
+	QueuedAfter time.Duration `env:"WRITEBACK_QUEUED_AFTER" envDefault:"1m"`
 }
 
 // validate reads the token files and checks that each URL has its token.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
@@ -21,12 +22,13 @@ import (
 // any process of the first agent is alive. Once with the default AckWait
 // and kill grace, once with short ones.
 func TestCrashedRunnersJobRunsAgainWithinAckWait(t *testing.T) {
+	defaults := service.Default[runner.Config]()
 	for _, tc := range []struct {
 		name               string
 		ackWait, killGrace time.Duration
 		vars               []string
 	}{
-		{"default AckWait", runner.AckWaitDefault, runner.KillGraceDefault, nil},
+		{"default AckWait", defaults.AckWait, defaults.KillGrace, nil},
 		{"short AckWait", 2 * time.Second, 200 * time.Millisecond, []string{"ORCH_ACK_WAIT=2s", "ORCH_AGENT_KILL_GRACE=200ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,9 +18,6 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
-// HTTPAddrDefault is the default of ORCH_HTTP_ADDR for the runner.
-const HTTPAddrDefault = ":8081"
-
 // Outcomes of an attempt, the values of orch_runner_jobs_finished_total's
 // outcome label.
 const (

@@ -156,7 +156,7 @@ func TestHTTPAddrFromEnvironment(t *testing.T) {
 	if err := service.FromEnv(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.HTTPAddr != runner.HTTPAddrDefault || runner.HTTPAddrDefault != ":8081" {
+	if cfg.HTTPAddr != ":8081" {
 		t.Errorf("ORCH_HTTP_ADDR defaults to %q, want %q", cfg.HTTPAddr, ":8081")
 	}
 }

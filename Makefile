@@ -49,7 +49,7 @@ test-unit:
 
 # Fuzz targets as module-dir:package-dir:FuzzName, one per line of +=.
 FUZZ_TARGETS :=
-# --- gateway fuzz targets (issue 3) ---
+# --- gateway fuzz targets ---
 FUZZ_TARGETS += services/gateway:webhook:FuzzVerify
 FUZZ_TARGETS += services/gateway:webhook:FuzzParseGitea
 FUZZ_TARGETS += services/gateway:webhook:FuzzParsePlane
@@ -74,7 +74,7 @@ fuzz-short:
 fuzz:
 	@$(MAKE) --no-print-directory fuzz-short FUZZ_SHORT=$(FUZZ_LONG)
 
-# --- bench and soak (issue 7) ---
+# --- bench and soak ---
 # bench: one table of orch against raw JetStream on the same embedded
 # server (fsync on every write) in the same run; BENCH_FLAGS passes flags
 # to orchbench (see `go run ./cmd/orchbench -h`).

@@ -10,6 +10,7 @@ require (
 	github.com/orch-dev/orch/services/notifier v0.0.0
 	github.com/orch-dev/orch/services/runner v0.0.0
 	go.uber.org/zap v1.28.0
+	golang.org/x/sync v0.24.0
 )
 
 require (

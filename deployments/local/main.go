@@ -24,9 +24,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orch-dev/orch/proto/embedded"
 	"github.com/orch-dev/orch/proto/registry"
@@ -106,26 +106,13 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	defer srv.Shutdown()
 	log.Info("embedded JetStream listening", zap.String("url", srv.URL()), zap.String("store", opts.StoreDir))
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	services := []func() error{
-		func() error { return gateway.Run(ctx, gw, log.Named("gateway")) },
-		func() error { return runner.Run(ctx, rn, log.Named("runner")) },
-		func() error { return notifier.Run(ctx, nt, log.Named("notifier")) },
-	}
+	// One service failing stops the others: its error is the result.
+	g, ctx := errgroup.WithContext(ctx)
 	printUsage(stdout, gw, tokenFile)
-	for i, svc := range services {
-		wg.Go(func() {
-			errs[i] = svc()
-			if errs[i] != nil {
-				cancel(errs[i]) // one service failing stops the others
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	g.Go(func() error { return gateway.Run(ctx, gw, log.Named("gateway")) })
+	g.Go(func() error { return runner.Run(ctx, rn, log.Named("runner")) })
+	g.Go(func() error { return notifier.Run(ctx, nt, log.Named("notifier")) })
+	return g.Wait()
 }
 
 // portAfter is addr with its port raised by n; port 0 (any free port)

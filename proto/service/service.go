@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/backoff"
 )
 
 // EnvPrefix is the prefix of every orch environment variable.
@@ -203,11 +204,9 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 			return nc, js, kv, nil
 		}
 		log.Warn("ensuring topology, will retry", zap.Error(err))
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, time.Second) {
 			nc.Close()
 			return nil, nil, nil, fmt.Errorf("ensuring topology: %w", errors.Join(ctx.Err(), err))
-		case <-time.After(time.Second):
 		}
 	}
 }

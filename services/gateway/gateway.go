@@ -9,12 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -156,10 +153,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	})
 	wg.Go(func() { q.Drain(bg, spool.RetryDelayDefault) })
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	wg.Go(func() { reloadOnSignal(bg, hup, cfg.ProjectsFile, &current, m, log) })
+	hup, stopHUP := service.NotifyHUP()
+	defer stopHUP()
+	wg.Go(func() { service.OnSignal(bg, hup, func() { reload(cfg.ProjectsFile, &current, m, log) }) })
 
 	hs := &http.Server{
 		Handler:           srv.Handler(),
@@ -192,23 +188,16 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	return nil
 }
 
-// reloadOnSignal reloads the registry on every signal on hup. A file that
-// does not load leaves the old registry in place; the error names the line.
-func reloadOnSignal(ctx context.Context, hup <-chan os.Signal, path string, current *atomic.Pointer[registry.Registry], m *metrics.Metrics, log *zap.Logger) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
-		reg, err := registry.Load(path)
-		if err != nil {
-			m.Reloads.WithLabelValues("error").Inc()
-			log.Error("reloading the project registry failed, keeping the old one", zap.Error(err))
-			continue
-		}
-		current.Store(reg)
-		m.Reloads.WithLabelValues("ok").Inc()
-		log.Info("project registry reloaded", zap.String("file", path), zap.Int("projects", len(reg.Projects())))
+// reload reloads the registry (on SIGHUP). A file that does not load
+// leaves the old registry in place; the error names the line.
+func reload(path string, current *atomic.Pointer[registry.Registry], m *metrics.Metrics, log *zap.Logger) {
+	reg, err := registry.Load(path)
+	if err != nil {
+		m.Reloads.WithLabelValues("error").Inc()
+		log.Error("reloading the project registry failed, keeping the old one", zap.Error(err))
+		return
 	}
+	current.Store(reg)
+	m.Reloads.WithLabelValues("ok").Inc()
+	log.Info("project registry reloaded", zap.String("file", path), zap.Int("projects", len(reg.Projects())))
 }

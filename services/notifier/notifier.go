@@ -39,6 +39,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/backoff"
 	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/notifier/telegram"
@@ -269,13 +270,11 @@ func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 // backoff is the wait before the next try of msg: RetryDelay doubled for
 // every earlier delivery, capped at RetryMaxDelay.
 func (n *Notifier) backoff(msg jetstream.Msg) time.Duration {
-	d := n.cfg.RetryDelay
-	if md, err := msg.Metadata(); err == nil {
-		for i := uint64(1); i < md.NumDelivered && d < n.cfg.RetryMaxDelay; i++ {
-			d *= 2
-		}
+	failures := 0
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		failures = int(md.NumDelivered - 1)
 	}
-	return min(d, n.cfg.RetryMaxDelay)
+	return backoff.Doubling(n.cfg.RetryDelay, n.cfg.RetryMaxDelay, failures)
 }
 
 // heartbeat tells JetStream the advisory is still being handled until the
@@ -300,17 +299,7 @@ func heartbeat(msg jetstream.Msg, every time.Duration) (stop func()) {
 }
 
 // sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+func sleep(ctx context.Context, d time.Duration) { backoff.Sleep(ctx, d) }
 
 // jobURL is the link to the job's dashboard page, if there is a public URL.
 func (n *Notifier) jobURL(id string) string {

@@ -41,7 +41,7 @@ func TestSIGHUPWithoutWritebackKeepsRunning(t *testing.T) {
 	job := b.queue("after-hup", "Still alerted")
 	b.run(map[string]action{job.ID: actFail})
 	b.settled(30 * time.Second)
-	if n := len(b.tg.messages()); n != 1 {
+	if n := len(b.tg.Messages()); n != 1 {
 		t.Errorf("%d alerts after SIGHUP, want 1", n)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/notifier/writeback"
 )
 
@@ -82,9 +83,9 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 		// A SIGHUP (systemd's reload) must not end the notifier even
 		// with no registry to reload.
 		var none registryHolder
-		hup := notifyHUP()
+		hup, stop := service.NotifyHUP()
 		log.Info("no ORCH_GITEA_URL or ORCH_PLANE_URL: no tracker write-back")
-		wg.Go(func() { none.reloadOnHUP(ctx, hup, "", log) })
+		wg.Go(func() { none.reloadOnHUP(ctx, hup, stop, "", log) })
 		return nil
 	}
 	reg, err := registry.Load(c.ProjectsFile)
@@ -111,7 +112,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	}
 	n.metrics.writeback.Store(w)
 	wg.Go(func() { w.Run(ctx) })
-	hup := notifyHUP()
-	wg.Go(func() { current.reloadOnHUP(ctx, hup, c.ProjectsFile, log) })
+	hup, stop := service.NotifyHUP()
+	wg.Go(func() { current.reloadOnHUP(ctx, hup, stop, c.ProjectsFile, log) })
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/backoff"
 	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
@@ -21,10 +22,7 @@ func (r *Runner) watchCancel(ctx context.Context, log *zap.Logger, jobID string,
 		w, err := r.jobsKV.Watch(ctx, jobID)
 		if err != nil {
 			log.Debug("watching status for cancel", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			backoff.Sleep(ctx, time.Second)
 			continue
 		}
 		cancelled := func() bool {

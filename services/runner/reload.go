@@ -1,9 +1,6 @@
 package runner
 
 import (
-	"context"
-	"os"
-
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto/registry"
@@ -33,22 +30,15 @@ func loadProjects(path string) (*projects, error) {
 	return &projects{reg: reg, tmpls: tmpls}, nil
 }
 
-// reloadOnSignal reloads the registry and its templates on every signal on
-// hup until ctx ends. A file or template that does not load leaves the old
-// version in place, so a typo never stops a running runner.
-func (r *Runner) reloadOnSignal(ctx context.Context, hup <-chan os.Signal) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
-		p, err := loadProjects(r.cfg.ProjectsFile)
-		if err != nil {
-			r.log.Error("reloading the project registry failed, keeping the old one", zap.String("file", r.cfg.ProjectsFile), zap.Error(err))
-			continue
-		}
-		r.projects.Store(p)
-		r.log.Info("project registry reloaded", zap.String("file", r.cfg.ProjectsFile), zap.Int("projects", len(p.reg.Projects())))
+// reload reloads the registry and its templates (on SIGHUP). A file or
+// template that does not load leaves the old version in place, so a typo
+// never stops a running runner.
+func (r *Runner) reload() {
+	p, err := loadProjects(r.cfg.ProjectsFile)
+	if err != nil {
+		r.log.Error("reloading the project registry failed, keeping the old one", zap.String("file", r.cfg.ProjectsFile), zap.Error(err))
+		return
 	}
+	r.projects.Store(p)
+	r.log.Info("project registry reloaded", zap.String("file", r.cfg.ProjectsFile), zap.Int("projects", len(p.reg.Projects())))
 }

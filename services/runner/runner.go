@@ -22,12 +22,9 @@ package runner
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -122,10 +119,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer bg.Wait()
 	hupCtx, stopHup := context.WithCancel(ctx)
 	defer stopHup()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	bg.Go(func() { r.reloadOnSignal(hupCtx, hup) })
+	hup, stopHUPSignal := service.NotifyHUP()
+	defer stopHUPSignal()
+	bg.Go(func() { service.OnSignal(hupCtx, hup, r.reload) })
 
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(cfg.MaxConcurrency, cfg.MaxAttempts, cfg.AckWait))
 	if err != nil {

@@ -1,6 +1,6 @@
 // Command orchbench measures orch against raw JetStream on the same
 // embedded server in the same run, and prints one table: each row a figure
-// of orch, its baseline, the target ratio from issue 7 and PASS or MISS.
+// of orch, its baseline, its target ratio and PASS or MISS.
 //
 // The services run as their real binaries (built into a temporary
 // directory), each its own process, against an embedded JetStream server in

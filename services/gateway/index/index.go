@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/backoff"
 )
 
 // Index is an in-memory view of the status bucket, kept current by a KV
@@ -59,10 +60,7 @@ func (ix *Index) Watch(ctx context.Context, kv jetstream.KeyValue, log *zap.Logg
 	for ctx.Err() == nil {
 		if err := ix.watchOnce(ctx, kv, log); err != nil && ctx.Err() == nil {
 			log.Warn("watching job status, will retry", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			backoff.Sleep(ctx, time.Second)
 		}
 	}
 }

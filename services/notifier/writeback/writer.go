@@ -43,6 +43,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/proto/backoff"
 	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/notifier/alert"
 )
@@ -181,7 +182,7 @@ func (w *Writer) watch(ctx context.Context) {
 		wt, err := w.jobs.WatchAll(ctx)
 		if err != nil {
 			w.log.Warn("watching job records, will retry", zap.Error(err))
-			sleep(ctx, time.Second)
+			backoff.Sleep(ctx, time.Second)
 			continue
 		}
 		w.follow(ctx, wt)
@@ -337,21 +338,5 @@ func (w *Writer) jobURL(id string) string {
 
 // backoff is the wait after the n-th failure in a row (from 0).
 func (w *Writer) backoff(n int) time.Duration {
-	d := w.cfg.RetryDelay
-	for range n {
-		if d >= w.cfg.RetryMaxDelay {
-			break
-		}
-		d *= 2
-	}
-	return min(d, w.cfg.RetryMaxDelay)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	return backoff.Doubling(w.cfg.RetryDelay, w.cfg.RetryMaxDelay, n)
 }

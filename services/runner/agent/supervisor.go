@@ -55,6 +55,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // supervisorEnv marks a process started as an agent supervisor. Its value
@@ -67,9 +69,6 @@ const supervisorName = "orch-agent-supervisor"
 // ctlFD is the descriptor of the pipe from the runner: EOF on it means the
 // runner is gone.
 const ctlFD = 3
-
-// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>.
-const prSetChildSubreaper = 36
 
 func init() {
 	v, ok := os.LookupEnv(supervisorEnv)
@@ -92,8 +91,8 @@ func supervise(graceNS string, argv []string) int {
 	}
 	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's pipe
 	ctl := os.NewFile(ctlFD, "orch-ctl")
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
-		fmt.Fprintf(os.Stderr, "orch: prctl(PR_SET_CHILD_SUBREAPER): %v\n", errno)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "orch: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -15,7 +15,7 @@ import (
 
 // configDefaults maps every ORCH_ variable a Config reads to its
 // envDefault tag ("" for none), embedded structs included.
-func configDefaults(t *testing.T, cfg any) map[string]string {
+func configDefaults(cfg any) map[string]string {
 	out := map[string]string{}
 	var walk func(reflect.Type)
 	walk = func(typ reflect.Type) {

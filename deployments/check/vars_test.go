@@ -90,25 +90,7 @@ func serviceNamed(t *testing.T, name string) orchService {
 
 // configVars lists the ORCH_ variables a Config struct reads, embedded
 // structs (service.Common) included.
-func configVars(cfg any) []string {
-	var vars []string
-	var walk func(reflect.Type)
-	walk = func(typ reflect.Type) {
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			tag, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-			switch {
-			case tag == "-":
-			case tag != "":
-				vars = append(vars, service.EnvPrefix+tag)
-			case f.Anonymous && f.Type.Kind() == reflect.Struct:
-				walk(f.Type)
-			}
-		}
-	}
-	walk(reflect.TypeOf(cfg).Elem())
-	return vars
-}
+func configVars(cfg any) []string { return slices.Sorted(maps.Keys(configDefaults(cfg))) }
 
 // knownVars maps every ORCH_ variable to the services that read it.
 func knownVars() map[string][]string {

@@ -35,6 +35,11 @@ func (k Kind) Valid() bool {
 	return false
 }
 
+// RunsAgent reports whether a job of kind k runs an agent: every known
+// kind but KindCleanup. Only these may be named in a project's pipeline
+// and agent permissions.
+func (k Kind) RunsAgent() bool { return k.Valid() && k != KindCleanup }
+
 // Job is one unit of work for an agent, the body of a message on
 // JobSubject(Project, Kind).
 type Job struct {

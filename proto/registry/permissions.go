@@ -3,6 +3,8 @@ package registry
 import (
 	"fmt"
 	"slices"
+
+	"github.com/orch-dev/orch/proto"
 )
 
 // Permissions is what Claude Code may do without asking, mapped to its
@@ -103,7 +105,7 @@ func (a *AgentPermissions) check() error {
 		return err
 	}
 	for kind, p := range a.Kinds {
-		if !validKind(kind) {
+		if !proto.Kind(kind).RunsAgent() {
 			return fmt.Errorf("kinds: %q is not a kind an agent runs", kind)
 		}
 		if err := p.check(); err != nil {

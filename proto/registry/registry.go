@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/orch-dev/orch/proto"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -187,7 +188,7 @@ func (r *Registry) add(p *Project) error {
 		return fmt.Errorf("project %q: git_author needs both name and email", p.Key)
 	}
 	for kind, next := range p.Pipeline {
-		if !validKind(kind) || !validKind(next) {
+		if !proto.Kind(kind).RunsAgent() || !proto.Kind(next).RunsAgent() {
 			return fmt.Errorf("project %q: pipeline %s: %s names an unknown kind", p.Key, kind, next)
 		}
 	}
@@ -220,16 +221,6 @@ func (r *Registry) add(p *Project) error {
 	r.byKey[p.Key] = p
 	r.projects = append(r.projects, p)
 	return nil
-}
-
-// validKind mirrors proto.Kind.Valid without importing proto, which keeps
-// this package free of NATS.
-func validKind(k string) bool {
-	switch k {
-	case "implement", "review", "fix", "respond":
-		return true
-	}
-	return false
 }
 
 // Projects returns every project in file order.

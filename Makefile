@@ -1,6 +1,6 @@
 # orch: the three services and the local all-in-one.
 # Every module is listed once here; go.work ties them together.
-MODULES  := proto services/gateway services/runner services/notifier deployments/local deployments/check bench
+MODULES  := proto kit services/gateway services/runner services/notifier deployments/local deployments/check bench
 SERVICES := gateway runner notifier
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN      := bin

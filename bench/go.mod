@@ -3,6 +3,7 @@ module github.com/orch-dev/orch/bench
 go 1.26.8
 
 replace (
+	github.com/orch-dev/orch/kit => ../kit
 	github.com/orch-dev/orch/proto => ../proto
 	github.com/orch-dev/orch/services/gateway => ../services/gateway
 	github.com/orch-dev/orch/services/notifier => ../services/notifier
@@ -11,7 +12,8 @@ replace (
 
 require (
 	github.com/nats-io/nats.go v1.55.0
-	github.com/orch-dev/orch/proto v0.0.0-00010101000000-000000000000
+	github.com/orch-dev/orch/kit v0.0.0
+	github.com/orch-dev/orch/proto v0.0.0
 	golang.org/x/sync v0.24.0
 )
 

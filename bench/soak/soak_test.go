@@ -25,9 +25,9 @@ import (
 	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/proc"
 	"github.com/orch-dev/orch/bench/internal/project"
+	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/embedded"
-	"github.com/orch-dev/orch/proto/testkit"
 )
 
 //go:embed agent.sh

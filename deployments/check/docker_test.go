@@ -111,8 +111,8 @@ func TestDockerfiles(t *testing.T) {
 			if !slices.ContainsFunc(all["RUN"], build.MatchString) {
 				t.Errorf("no RUN go build stamping main.version of ./cmd/%s", svc)
 			}
-			if !slices.Contains(all["COPY"], "proto/ /src/proto/") || !slices.Contains(all["COPY"], "services/"+svc+"/ /src/services/"+svc+"/") {
-				t.Errorf("COPY %v: want proto/ and services/%s/ in the repository's layout", all["COPY"], svc)
+			if !slices.Contains(all["COPY"], "proto/ /src/proto/") || !slices.Contains(all["COPY"], "kit/ /src/kit/") || !slices.Contains(all["COPY"], "services/"+svc+"/ /src/services/"+svc+"/") {
+				t.Errorf("COPY %v: want proto/, kit/ and services/%s/ in the repository's layout", all["COPY"], svc)
 			}
 			if user == "" || user == "root" || strings.HasPrefix(user, "0") {
 				t.Errorf("runtime USER %q, want a non-root user", user)

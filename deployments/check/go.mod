@@ -3,11 +3,11 @@ module github.com/orch-dev/orch/deployments/check
 go 1.26.8
 
 require (
-	github.com/caarlos0/env/v11 v11.4.2
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/orch-dev/orch/kit v0.0.0
 	github.com/orch-dev/orch/proto v0.0.0
 	github.com/orch-dev/orch/services/gateway v0.0.0
 	github.com/orch-dev/orch/services/notifier v0.0.0
@@ -21,6 +21,7 @@ require (
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/caarlos0/env/v11 v11.4.2 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/distribution/reference v0.5.0 // indirect
 	github.com/docker/go-connections v0.4.0 // indirect
@@ -71,6 +72,7 @@ require (
 )
 
 replace (
+	github.com/orch-dev/orch/kit => ../../kit
 	github.com/orch-dev/orch/proto => ../../proto
 	github.com/orch-dev/orch/services/gateway => ../../services/gateway
 	github.com/orch-dev/orch/services/notifier => ../../services/notifier

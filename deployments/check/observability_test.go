@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/orch-dev/orch/proto/metricstest"
+	"github.com/orch-dev/orch/kit/metricstest"
 )
 
 var observabilityDir = filepath.Join(repoRoot, "deployments", "observability")

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/service"
 )
 
 // configDefaults maps every ORCH_ variable a Config reads to its

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/kit/registry"
 )
 
 // TestSampleRegistries loads the sample project registries that compose

@@ -10,7 +10,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/unit"
 
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/service"
 )
 
 var systemdDir = filepath.Join(repoRoot, "deployments", "systemd")

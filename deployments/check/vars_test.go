@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"

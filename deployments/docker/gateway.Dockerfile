@@ -1,15 +1,15 @@
 # syntax=docker/dockerfile:1
 # orch gateway: verifies Gitea and Plane webhooks and queues jobs.
 #
-# Build from the repository root (the context must hold proto/ and services/):
+# Build from the repository root (the context must hold proto/, kit/ and services/):
 #   docker build -f deployments/docker/gateway.Dockerfile \
 #     --build-arg VERSION=$(git describe --always --dirty) -t orch-gateway .
 
 ARG GO_VERSION=1.26.8
 
 FROM golang:${GO_VERSION}-bookworm AS build
-# The module services/gateway has "replace .../proto => ../../proto", so the
-# image keeps the repository's layout: /src/proto and /src/services/gateway.
+# The module services/gateway has "replace" directives to ../../proto and ../../kit, so the
+# image keeps the repository's layout: /src/proto, /src/kit and /src/services/gateway.
 # go.work names modules this image does not copy (bench, deployments/...):
 # GOWORK=off builds the service from its own go.mod and go.sum, exactly the
 # versions the module pins.
@@ -17,9 +17,11 @@ ENV GOWORK=off CGO_ENABLED=0 GOFLAGS=-trimpath
 WORKDIR /src/services/gateway
 # Dependencies first, so a code change does not download them again.
 COPY proto/go.mod proto/go.sum /src/proto/
+COPY kit/go.mod kit/go.sum /src/kit/
 COPY services/gateway/go.mod services/gateway/go.sum /src/services/gateway/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY proto/ /src/proto/
+COPY kit/ /src/kit/
 COPY services/gateway/ /src/services/gateway/
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \

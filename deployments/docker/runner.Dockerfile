@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # orch runner: pulls jobs and runs the agent CLI in a git worktree per task.
 #
-# Build from the repository root (the context must hold proto/ and services/):
+# Build from the repository root (the context must hold proto/, kit/ and services/):
 #   docker build -f deployments/docker/runner.Dockerfile \
 #     --build-arg VERSION=$(git describe --always --dirty) -t orch-runner .
 # Without Claude Code (for an agent of your own in a derived image):
@@ -10,8 +10,8 @@
 ARG GO_VERSION=1.26.8
 
 FROM golang:${GO_VERSION}-bookworm AS build
-# The module services/runner has "replace .../proto => ../../proto", so the
-# image keeps the repository's layout: /src/proto and /src/services/runner.
+# The module services/runner has "replace" directives to ../../proto and ../../kit, so the
+# image keeps the repository's layout: /src/proto, /src/kit and /src/services/runner.
 # go.work names modules this image does not copy (bench, deployments/...):
 # GOWORK=off builds the service from its own go.mod and go.sum, exactly the
 # versions the module pins.
@@ -19,9 +19,11 @@ ENV GOWORK=off CGO_ENABLED=0 GOFLAGS=-trimpath
 WORKDIR /src/services/runner
 # Dependencies first, so a code change does not download them again.
 COPY proto/go.mod proto/go.sum /src/proto/
+COPY kit/go.mod kit/go.sum /src/kit/
 COPY services/runner/go.mod services/runner/go.sum /src/services/runner/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY proto/ /src/proto/
+COPY kit/ /src/kit/
 COPY services/runner/ /src/services/runner/
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \

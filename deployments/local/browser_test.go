@@ -12,7 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/runner"
 )

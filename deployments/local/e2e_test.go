@@ -16,10 +16,10 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 	"github.com/orch-dev/orch/services/notifier"

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/creack/pty v1.1.24
+	github.com/orch-dev/orch/kit v0.0.0
 	github.com/orch-dev/orch/proto v0.0.0
 	github.com/orch-dev/orch/services/gateway v0.0.0
 	github.com/orch-dev/orch/services/notifier v0.0.0
@@ -94,6 +95,7 @@ require (
 )
 
 replace (
+	github.com/orch-dev/orch/kit => ../../kit
 	github.com/orch-dev/orch/proto => ../../proto
 	github.com/orch-dev/orch/services/gateway => ../../services/gateway
 	github.com/orch-dev/orch/services/notifier => ../../services/notifier

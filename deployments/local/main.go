@@ -28,9 +28,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/orch-dev/orch/proto/embedded"
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"

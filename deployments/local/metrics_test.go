@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orch-dev/orch/proto/metricstest"
+	"github.com/orch-dev/orch/kit/metricstest"
 )
 
 func listen(t *testing.T) net.Listener {

@@ -23,9 +23,9 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 

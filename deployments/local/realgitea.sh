@@ -239,7 +239,7 @@ api "$ALICE" PATCH "/repos/acme/widgets/pulls/$PR" '{"state":"closed"}' >/dev/nu
 check "closing queues cleanup" waitfor 30 count_of cleanup 1
 check "no webhook refused" sh -c "! grep -q 'webhook refused' '$ROOT/orch.log'"
 
-# --- the answers the write-back depends on (proto/trackertest/gitea.go) --
+# --- the answers the write-back depends on (kit/trackertest/gitea.go) --
 check "401 for a bad token" test "$(code bad GET "/repos/acme/widgets/pulls/$PR")" = 401
 check "201 even for an unknown status state" test "$(code "$BOT" POST "/repos/acme/widgets/statuses/$SHA2" '{"state":"bogus","context":"orch/x"}')" = 201
 check "500 for a status on an unknown commit" test "$(code "$BOT" POST /repos/acme/widgets/statuses/0000000000000000000000000000000000000001 '{"state":"success","context":"orch/x"}')" = 500

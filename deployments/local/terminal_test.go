@@ -10,7 +10,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/natstest"
 )
 
 // runInTerminal runs bin with args in a pseudo-terminal, as a person at a

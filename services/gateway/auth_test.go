@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 

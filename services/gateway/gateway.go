@@ -16,9 +16,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/status"
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/services/gateway/api"
 	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/metrics"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
 )
 
 // orch's own tracking comment quotes the mention that asked for the job;

@@ -17,13 +17,13 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/kit/status/statustest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/embedded"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/status"
-	"github.com/orch-dev/orch/proto/status/statustest"
-	"github.com/orch-dev/orch/proto/testkit"
 )
 
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/notifier/writeback"
 )
 

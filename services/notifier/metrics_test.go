@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orch-dev/orch/proto/metricstest"
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/metricstest"
+	"github.com/orch-dev/orch/kit/natstest"
 )
 
 // TestQueueFigures checks the figures an operator alerts on, read from

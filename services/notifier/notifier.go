@@ -38,10 +38,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/backoff"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/notifier/telegram"
 )
 

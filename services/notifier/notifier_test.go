@@ -15,11 +15,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/status/statustest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/status/statustest"
-	"github.com/orch-dev/orch/proto/testkit"
 )
 
 func TestTerminalFailure(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/joblog"
-	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/notifier/alert"
 	"github.com/orch-dev/orch/services/notifier/telegram"
 )

@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/service"
 )
 
 // registryHolder is the current project registry, replaced on SIGHUP.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/natstest"
 )
 
 // A SIGHUP (systemd's reload) to a notifier without tracker write-back is

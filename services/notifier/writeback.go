@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/notifier/writeback"
 )
 

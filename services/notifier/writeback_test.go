@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/metricstest"
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/trackertest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/metricstest"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/trackertest"
 )
 
 // The notifier, set up from its configuration with a Gitea URL and a

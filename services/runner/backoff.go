@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/orch-dev/orch/proto/backoff"
+	"github.com/orch-dev/orch/kit/backoff"
 )
 
 // retry calls f until it succeeds or ctx ends, backing off from 50ms to 1s.

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/runner/prompt"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )

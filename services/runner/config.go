@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/nats-io/nats.go v1.55.0
+	github.com/orch-dev/orch/kit v0.0.0
 	github.com/orch-dev/orch/proto v0.0.0
 	github.com/prometheus/client_golang v1.24.1
 	go.uber.org/goleak v1.3.0
@@ -35,3 +36,5 @@ require (
 )
 
 replace github.com/orch-dev/orch/proto => ../../proto
+
+replace github.com/orch-dev/orch/kit => ../../kit

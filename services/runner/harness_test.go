@@ -22,12 +22,12 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/embedded"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/status"
-	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
 )

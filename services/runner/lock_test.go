@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
 )

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )

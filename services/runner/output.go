@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/logstream"
 )

@@ -3,7 +3,7 @@ package runner
 import (
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/proto/registry"
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/services/runner/prompt"
 )
 

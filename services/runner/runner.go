@@ -30,9 +30,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/service"
-	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )

@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/status/statustest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/status/statustest"
-	"github.com/orch-dev/orch/proto/testkit"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
 )

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/status"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 

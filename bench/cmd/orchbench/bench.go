@@ -18,8 +18,8 @@ import (
 
 	"github.com/orch-dev/orch/bench/internal/proc"
 	"github.com/orch-dev/orch/bench/internal/project"
+	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/embedded"
 )
 
 // bench is one run: the server, a client connection for the baselines and

@@ -5,7 +5,7 @@ package project
 import (
 	"path/filepath"
 
-	"github.com/orch-dev/orch/proto/testkit"
+	"github.com/orch-dev/orch/kit/testkit"
 )
 
 // Key is the project key of every bench job.

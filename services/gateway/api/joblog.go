@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/joblog"
-	"github.com/orch-dev/orch/proto/status"
 )
 
 // HeaderAttempt names the attempt a GET /jobs/{id}/log answer shows.

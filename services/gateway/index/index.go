@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/backoff"
 )
 
 // Index is an in-memory view of the status bucket, kept current by a KV

@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/service"
 )
 
 // Outcomes of a webhook, the values of the outcome label.

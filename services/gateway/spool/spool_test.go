@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
 )
 
 func entry(id string) *Entry {

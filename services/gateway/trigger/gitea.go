@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 

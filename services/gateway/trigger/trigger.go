@@ -9,8 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
 )
 
 // Decision is what one delivery asks for: jobs to queue, a task whose open

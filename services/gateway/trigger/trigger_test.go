@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 

@@ -21,10 +21,10 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/joblog"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/service"
 	"github.com/orch-dev/orch/services/gateway"
 )
 

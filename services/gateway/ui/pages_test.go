@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
 )
 
 func TestEveryPageSendsALoggedOutBrowserToTheLogin(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/proto/testkit"
+	"github.com/orch-dev/orch/kit/testkit"
 	"go.uber.org/goleak"
 )
 

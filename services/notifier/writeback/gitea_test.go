@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/trackertest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/trackertest"
 )
 
 // A job from a webhook carries its head sha, and its commit status goes on

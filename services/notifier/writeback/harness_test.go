@@ -13,12 +13,12 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/kit/status/statustest"
+	"github.com/orch-dev/orch/kit/trackertest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/registry"
-	"github.com/orch-dev/orch/proto/status"
-	"github.com/orch-dev/orch/proto/status/statustest"
-	"github.com/orch-dev/orch/proto/trackertest"
 )
 
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }

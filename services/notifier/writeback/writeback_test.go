@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/trackertest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/trackertest"
 )
 
 // A job that fails once and then succeeds leaves one comment, edited in

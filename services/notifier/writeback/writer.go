@@ -42,9 +42,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/backoff"
-	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/notifier/alert"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/proto/natstest"
-	"github.com/orch-dev/orch/proto/testkit"
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 

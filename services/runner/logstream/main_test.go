@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/natstest"
 )
 
 // TestMain checks that every Publisher's goroutine ends with Close.

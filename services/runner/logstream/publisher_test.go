@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto/joblog"
-	"github.com/orch-dev/orch/proto/natstest"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 

@@ -12,8 +12,8 @@ import (
 	"path/filepath"
 	"text/template"
 
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
 )
 
 //go:embed templates/*.md templates/*.tmpl

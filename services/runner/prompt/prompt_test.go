@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/registry"
 	"github.com/orch-dev/orch/services/runner/prompt"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/notifier"
 )
 

@@ -4,7 +4,7 @@ package main
 import (
 	"context"
 
-	"github.com/orch-dev/orch/proto/service"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/runner"
 )
 

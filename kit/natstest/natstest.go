@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/embedded"
 )
 
 // Server starts an embedded JetStream server for the test and shuts it

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/status"
 )
 
 // Set applies f to the record of job (a queued record of job when there

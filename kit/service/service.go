@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/backoff"
 )
 
 // EnvPrefix is the prefix of every orch environment variable.

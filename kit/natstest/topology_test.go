@@ -1,4 +1,4 @@
-package proto_test
+package natstest_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/natstest"
 )
 
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }

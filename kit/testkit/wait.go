@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orch-dev/orch/proto/natstest"
+	"github.com/orch-dev/orch/kit/natstest"
 )
 
 // WaitGone waits until alive reports none of pids alive, and fails the

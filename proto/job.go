@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -26,14 +27,11 @@ const (
 	KindCleanup Kind = "cleanup"
 )
 
+// Kinds lists every kind of job, the one list of them.
+var Kinds = []Kind{KindImplement, KindReview, KindFix, KindRespond, KindCleanup}
+
 // Valid reports whether k is one of the known kinds.
-func (k Kind) Valid() bool {
-	switch k {
-	case KindImplement, KindReview, KindFix, KindRespond, KindCleanup:
-		return true
-	}
-	return false
-}
+func (k Kind) Valid() bool { return slices.Contains(Kinds, k) }
 
 // RunsAgent reports whether a job of kind k runs an agent: every known
 // kind but KindCleanup. Only these may be named in a project's pipeline

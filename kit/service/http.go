@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -112,4 +113,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Ready is a consumer's /readyz answer: nil once nc is connected and the
+// consumer is bound, else what is missing (unbound names the consumer).
+func Ready(nc *nats.Conn, bound bool, unbound string) error {
+	switch {
+	case nc == nil:
+		return errors.New("nats: not connected yet")
+	case nc.Status() != nats.CONNECTED:
+		return errors.New("nats: " + nc.Status().String())
+	case !bound:
+		return errors.New("consumer " + unbound)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package notifier
 
 import (
 	"context"
-	"errors"
 	"math"
 	"sync/atomic"
 	"time"
@@ -117,16 +116,7 @@ func (m *metrics) jetStream() jetstream.JetStream {
 
 // ready is /readyz: NATS connected and the advisory consumer bound.
 func (m *metrics) ready() error {
-	nc := m.nc.Load()
-	switch {
-	case nc == nil:
-		return errors.New("nats: not connected yet")
-	case nc.Status() != nats.CONNECTED:
-		return errors.New("nats: " + nc.Status().String())
-	case !m.bound.Load():
-		return errors.New("consumer " + proto.ConsumerNotifier + ": not taking advisories")
-	}
-	return nil
+	return service.Ready(m.nc.Load(), m.bound.Load(), proto.ConsumerNotifier+": not taking advisories")
 }
 
 // dlqGauge reports the messages in JOBS_DLQ, asked of JetStream at each

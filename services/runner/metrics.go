@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -123,7 +122,10 @@ func newMetrics() *metrics {
 // and turns are served as 0 before its first job: a rate over them, and
 // the cost alert, have a start.
 func (m *metrics) project(key string) {
-	for _, k := range []proto.Kind{proto.KindImplement, proto.KindReview, proto.KindFix, proto.KindRespond} {
+	for _, k := range proto.Kinds {
+		if !k.RunsAgent() {
+			continue
+		}
 		m.cost.WithLabelValues(key, string(k))
 		m.turns.WithLabelValues(key, string(k))
 	}
@@ -131,16 +133,7 @@ func (m *metrics) project(key string) {
 
 // ready is /readyz: NATS connected and the consumer bound.
 func (m *metrics) ready() error {
-	nc := m.nc.Load()
-	switch {
-	case nc == nil:
-		return errors.New("nats: not connected yet")
-	case nc.Status() != nats.CONNECTED:
-		return errors.New("nats: " + nc.Status().String())
-	case !m.bound.Load():
-		return errors.New("consumer " + proto.ConsumerRunner + ": not taking jobs")
-	}
-	return nil
+	return service.Ready(m.nc.Load(), m.bound.Load(), proto.ConsumerRunner+": not taking jobs")
 }
 
 // labels are a job's kind and project as label values.

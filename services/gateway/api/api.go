@@ -209,24 +209,32 @@ func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
-func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+// lookup reads the record of job {id}, answering 404 or 503 itself when
+// there is none to read.
+func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*backend, *proto.Status, bool) {
 	id, ok := jobID(w, r)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	b, ok := s.status(w)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	st, _, err := b.status.Get(r.Context(), id)
 	if errors.Is(err, status.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "no such job")
-		return
+		return nil, nil, false
 	}
 	if err != nil {
 		logFrom(r).Warn("reading job", zap.String("job", id), zap.Error(err))
 		writeError(w, http.StatusServiceUnavailable, "status store unavailable")
-		return
+		return nil, nil, false
 	}
-	writeJSON(w, http.StatusOK, JobAnswer{Job: st.Job, Status: &JobStatus{Status: *st}})
+	return b, st, true
+}
+
+func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+	if _, st, ok := s.lookup(w, r); ok {
+		writeJSON(w, http.StatusOK, JobAnswer{Job: st.Job, Status: &JobStatus{Status: *st}})
+	}
 }

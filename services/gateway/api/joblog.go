@@ -26,24 +26,11 @@ const HeaderAttempt = "X-Orch-Attempt"
 // gateway serves any job: the output is read from the stream, never from
 // a runner's disk.
 func (s *Server) jobLog(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
+	b, st, ok := s.lookup(w, r)
 	if !ok {
 		return
 	}
-	b, ok := s.status(w)
-	if !ok {
-		return
-	}
-	st, _, err := b.status.Get(r.Context(), id)
-	if errors.Is(err, status.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "no such job")
-		return
-	}
-	if err != nil {
-		logFrom(r).Warn("reading job", zap.String("job", id), zap.Error(err))
-		writeError(w, http.StatusServiceUnavailable, "status store unavailable")
-		return
-	}
+	id := st.Job.ID
 	q := r.URL.Query()
 	attempt := st.Attempt
 	if v := q.Get("attempt"); v != "" {
@@ -84,7 +71,7 @@ func (s *Server) jobLog(w http.ResponseWriter, r *http.Request) {
 		Flush: func() { _ = rc.Flush() },
 	}
 	cw := &countingWriter{w: w}
-	err = joblog.Copy(r.Context(), b.js, id, attempt, cw, opts)
+	err := joblog.Copy(r.Context(), b.js, id, attempt, cw, opts)
 	if err != nil && r.Context().Err() == nil {
 		logFrom(r).Warn("reading job log", zap.String("job", id), zap.Int("attempt", attempt), zap.Error(err))
 		if !follow && cw.n == 0 {

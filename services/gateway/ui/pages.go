@@ -88,7 +88,7 @@ type stateCount struct {
 	Link  string
 }
 
-var kinds = []proto.Kind{proto.KindImplement, proto.KindReview, proto.KindFix, proto.KindRespond, proto.KindCleanup}
+var kinds = proto.Kinds
 
 func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/bench/internal/project"
+	"github.com/orch-dev/orch/proto"
+)
+
+// --- drain ---
+
+// jobMsg is a valid job of the bench project, on its subject with its
+// dedupe id.
+func jobMsg(id string, i int) (*nats.Msg, []byte, error) {
+	job := proto.Job{
+		Schema: proto.SchemaVersion, ID: id, Kind: proto.KindReview, Project: project.Key,
+		Task:      proto.Task{ID: "t-" + strconv.Itoa(i%tasks), Title: "bench job " + id},
+		Source:    proto.Source{System: "api", Actor: "orchbench"},
+		CreatedAt: time.Now().UTC(),
+	}
+	data, err := json.Marshal(job)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := nats.NewMsg(proto.JobSubject(job.Project, job.Kind))
+	m.Data = data
+	m.Header.Set(proto.HeaderMsgID, id)
+	st, err := json.Marshal(proto.Status{Schema: proto.SchemaVersion, Job: job, State: proto.StateQueued, UpdatedAt: job.CreatedAt})
+	return m, st, err
+}
+
+// publishAll publishes msgs asynchronously and waits for every ack.
+func (b *bench) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	var futures []jetstream.PubAckFuture
+	for _, m := range msgs {
+		f, err := b.js.PublishMsgAsync(m)
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return errors.New("async publish not acked after 5m")
+	}
+	for _, f := range futures {
+		select {
+		case err := <-f.Err():
+			return err
+		default:
+		}
+	}
+	return nil
+}
+
+func (b *bench) rawDrain(ctx context.Context) (float64, error) {
+	st, err := b.rawStream(ctx, "BENCH_DRAIN", "bench.drain.>")
+	if err != nil {
+		return 0, err
+	}
+	msgs := make([]*nats.Msg, b.o.drainN)
+	for i := range msgs {
+		m, _, err := jobMsg("drain-raw-"+strconv.Itoa(i), i)
+		if err != nil {
+			return 0, err
+		}
+		m.Subject = "bench.drain.x"
+		msgs[i] = m
+	}
+	if err := b.publishAll(ctx, msgs); err != nil {
+		return 0, err
+	}
+	cfg := proto.RunnerConsumer(b.o.concurrency, 3, 5*time.Second)
+	cfg.Durable, cfg.FilterSubject = "raw", ""
+	cons, err := st.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	// The same shape as the runner: a serial handler that hands each
+	// message to one of concurrency workers, which acks it and waits for
+	// the server to confirm.
+	var (
+		done  atomic.Int64
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, b.o.concurrency)
+		first sync.Once
+		start time.Time
+	)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		first.Do(func() { start = time.Now() })
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := m.DoubleAck(ctx); err == nil {
+				done.Add(1)
+			}
+		})
+	}, jetstream.PullMaxMessages(b.o.concurrency))
+	if err != nil {
+		return 0, err
+	}
+	var took time.Duration
+	err = waitFor(ctx, nil, 5*time.Minute, func() error {
+		if n := done.Load(); n < int64(b.o.drainN) {
+			return fmt.Errorf("%d of %d acked", n, b.o.drainN)
+		}
+		took = time.Since(start)
+		return nil
+	})
+	cc.Stop()
+	<-cc.Closed()
+	wg.Wait()
+	return float64(b.o.drainN) / took.Seconds(), err
+}
+
+func (b *bench) drain(ctx context.Context) (float64, error) {
+	// Pause the runner's consumer while the jobs are published, so that
+	// the clock starts with a full queue, as the baseline's does.
+	if _, err := b.js.PauseConsumer(ctx, proto.StreamJobs, proto.ConsumerRunner, time.Now().Add(time.Hour)); err != nil {
+		return 0, fmt.Errorf("pausing the runner consumer: %w", err)
+	}
+	msgs := make([]*nats.Msg, b.o.drainN)
+	for i := range msgs {
+		m, _, err := jobMsg("drain-"+strconv.Itoa(i), i)
+		if err != nil {
+			return 0, err
+		}
+		msgs[i] = m
+	}
+	if err := b.publishAll(ctx, msgs); err != nil {
+		return 0, err
+	}
+	stream, err := b.js.Stream(ctx, proto.StreamJobs)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := b.js.ResumeConsumer(ctx, proto.StreamJobs, proto.ConsumerRunner); err != nil {
+		return 0, err
+	}
+	// The clock runs from the first agent start to the last ack (the
+	// stream is a work queue: an acked job leaves it), as the baseline's
+	// runs from its first delivery: a paused pull consumer resumes when
+	// the client next pulls, which is no part of either.
+	var end time.Time
+	err = waitFor(ctx, b.procs["runner"], 10*time.Minute, func() error {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs > 0 {
+			return fmt.Errorf("%d jobs left", info.State.Msgs)
+		}
+		end = time.Now()
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	starts, err := readStarts(b.records)
+	if err != nil {
+		return 0, err
+	}
+	var start time.Time
+	for i := range b.o.drainN {
+		t, ok := starts["drain-"+strconv.Itoa(i)]
+		if !ok {
+			return 0, fmt.Errorf("job drain-%d done without an agent start", i)
+		}
+		if start.IsZero() || t.Before(start) {
+			start = t
+		}
+	}
+	return float64(b.o.drainN) / end.Sub(start).Seconds(), nil
+}

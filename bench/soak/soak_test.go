@@ -206,16 +206,7 @@ func newSystem(t *testing.T) *system {
 }
 
 func (s *system) env(name string) []string {
-	return []string{
-		"ORCH_NATS_URL=" + s.srv.URL(),
-		"ORCH_DATA_DIR=" + filepath.Join(s.dir, "data-"+name),
-		"ORCH_PROJECTS_FILE=" + s.registry,
-		"ORCH_LOG_LEVEL=info",
-		// Any free port for /healthz, /readyz and /metrics, never the
-		// fixed defaults (two runners run here); the gateway's own
-		// ORCH_HTTP_ADDR comes later and wins.
-		"ORCH_HTTP_ADDR=127.0.0.1:0",
-	}
+	return proc.ServiceEnv(s.srv.URL(), s.dir, s.registry, name)
 }
 
 func (s *system) start(name string, env ...string) {

@@ -141,11 +141,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	if err := os.MkdirAll(sys.runsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agentScript := filepath.Join(dir, "agent.sh")
-	script := fmt.Sprintf("#!/bin/sh\necho \"$ORCH_ATTEMPT\" >> %q/\"$ORCH_JOB_ID\"\nsleep 0.3\n", sys.runsDir)
-	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agent := testkit.AgentScript(t, dir, "agent.sh", fmt.Sprintf("echo \"$ORCH_ATTEMPT\" >> %q/\"$ORCH_JOB_ID\"\nsleep 0.3\n", sys.runsDir))
 	projects, _ := testkit.Project(t, dir, "")
 	common := func(name string) service.Common {
 		return service.Common{NATSURL: c.url(), StreamReplicas: 3, DataDir: filepath.Join(dir, name)}
@@ -159,7 +155,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	runnerCfg := func(name string) runner.Config {
 		return runner.Config{Common: common(name), ProjectsFile: projects, Name: name, MaxConcurrency: 4, MaxAttempts: 5,
-			RetryDelay: 100 * time.Millisecond, AgentCommand: "sh " + agentScript, AckWait: 20 * time.Second,
+			RetryDelay: 100 * time.Millisecond, AgentCommand: agent, AckWait: 20 * time.Second,
 			ShutdownGrace: 2 * time.Second}
 	}
 	testkit.Services(t, map[string]func(context.Context) error{

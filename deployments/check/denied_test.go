@@ -39,14 +39,7 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claude := filepath.Join(dir, "bin", "claude")
-	if err := os.MkdirAll(filepath.Dir(claude), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := fmt.Sprintf("#!/bin/sh\necho run >> %q\ncat %q\n", filepath.Join(dir, "runs"), transcript)
-	if err := os.WriteFile(claude, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	claude := testkit.Script(t, filepath.Join(dir, "bin", "claude"), fmt.Sprintf("echo run >> %q\ncat %q\n", filepath.Join(dir, "runs"), transcript))
 	projects, _ := testkit.Project(t, dir, "")
 
 	tg := testkit.NewTelegram(t, "123:fake")

@@ -35,15 +35,11 @@ func TestRunnerRunsOtherSchemas(t *testing.T) {
 	if err := os.MkdirAll(runsDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agentScript := filepath.Join(dir, "agent.sh")
-	script := fmt.Sprintf("#!/bin/sh\ntest -f \"$ORCH_TASK_FILE\" || exit 9\necho \"$ORCH_TASK\" >> %q/\"$ORCH_JOB_ID\"\n", runsDir)
-	if err := os.WriteFile(agentScript, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	agent := testkit.AgentScript(t, dir, "agent.sh", fmt.Sprintf("test -f \"$ORCH_TASK_FILE\" || exit 9\necho \"$ORCH_TASK\" >> %q/\"$ORCH_JOB_ID\"\n", runsDir))
 	projects, _ := testkit.Project(t, dir, "")
 
 	cfg := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: dir}, ProjectsFile: projects,
-		MaxConcurrency: 2, MaxAttempts: 1, AgentCommand: "sh " + agentScript, ShutdownGrace: time.Second}
+		MaxConcurrency: 2, MaxAttempts: 1, AgentCommand: agent, ShutdownGrace: time.Second}
 	testkit.Services(t, map[string]func(context.Context) error{
 		"runner": func(ctx context.Context) error {
 			return runner.Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))

@@ -68,9 +68,18 @@ func Project(t testing.TB, dir, extra string) (registry, remote string) {
 // returns the command that runs it ("sh <path>").
 func AgentScript(t testing.TB, dir, name, body string) string {
 	t.Helper()
-	path := filepath.Join(dir, name)
+	return "sh " + Script(t, filepath.Join(dir, name), body)
+}
+
+// Script writes the shell script body, executable, at path (a stand-in
+// for a program such as claude), making its directory, and returns path.
+func Script(t testing.TB, path, body string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return "sh " + path
+	return path
 }

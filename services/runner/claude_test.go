@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -22,22 +23,13 @@ func (e *env) claude(transcript string, code int) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	bin := filepath.Join(e.dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	body := fmt.Sprintf(`#!/bin/sh
-run=%s/claude.$ORCH_JOB_ID.$ORCH_ATTEMPT
+	body := fmt.Sprintf(`run=%s/claude.$ORCH_JOB_ID.$ORCH_ATTEMPT
 printf '%%s\n' "$@" > $run.args
 env > $run.env
 cat %q
 exit %d
 `, e.runs, src, code)
-	path := filepath.Join(bin, "claude")
-	if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	return path + " -p --output-format stream-json --verbose"
+	return testkit.Script(e.t, filepath.Join(e.dir, "bin", "claude"), body) + " -p --output-format stream-json --verbose"
 }
 
 // runsOf returns the files the stand-in wrote for job id, one per run.
@@ -233,16 +225,10 @@ func TestClaudeWithoutResultRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(e.dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// The first attempt fails on the API, the second refuses to start.
-	body := fmt.Sprintf("#!/bin/sh\nif [ \"$ORCH_ATTEMPT\" = 1 ]; then cat %q; else cat %q; fi\nexit 1\n", transcript, refused)
-	if err := os.WriteFile(filepath.Join(bin, "claude"), []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := e.config("r1", filepath.Join(bin, "claude")+" -p --output-format stream-json --verbose")
+	claude := testkit.Script(t, filepath.Join(e.dir, "bin", "claude"),
+		fmt.Sprintf("if [ \"$ORCH_ATTEMPT\" = 1 ]; then cat %q; else cat %q; fi\nexit 1\n", transcript, refused))
+	cfg := e.config("r1", claude+" -p --output-format stream-json --verbose")
 	cfg.MaxAttempts = 2
 	e.start(cfg)
 	j := job("claude-no-result", "task-refused", proto.KindImplement)

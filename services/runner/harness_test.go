@@ -85,12 +85,7 @@ func newEnv(t *testing.T, projectExtra string) *env {
 
 // script writes an agent script; in it $RUNS is the runs directory.
 func (e *env) script(body string) string {
-	path := filepath.Join(e.dir, fmt.Sprintf("agent-%d.sh", time.Now().UnixNano()))
-	text := "#!/bin/sh\nRUNS=" + e.runs + "\n" + body
-	if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
-		e.t.Fatal(err)
-	}
-	return "sh " + path
+	return testkit.AgentScript(e.t, e.dir, fmt.Sprintf("agent-%d.sh", time.Now().UnixNano()), "RUNS="+e.runs+"\n"+body)
 }
 
 // config is a runner configuration with short timings for tests.

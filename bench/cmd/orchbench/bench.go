@@ -91,16 +91,7 @@ func (b *bench) close() {
 
 // common is the environment every service gets.
 func (b *bench) common(name string) []string {
-	return []string{
-		"ORCH_NATS_URL=" + b.srv.URL(),
-		"ORCH_DATA_DIR=" + filepath.Join(b.dir, "data-"+name),
-		"ORCH_PROJECTS_FILE=" + b.registry,
-		"ORCH_LOG_LEVEL=info",
-		// Any free port for /healthz, /readyz and /metrics, never the
-		// fixed defaults (two runners run here); the gateway's own
-		// ORCH_HTTP_ADDR comes later and wins.
-		"ORCH_HTTP_ADDR=127.0.0.1:0",
-	}
+	return proc.ServiceEnv(b.srv.URL(), b.dir, b.registry, name)
 }
 
 // start runs one service binary with extra environment.

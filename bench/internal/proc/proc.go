@@ -187,3 +187,18 @@ func (p *Proc) Tail(n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// ServiceEnv is the environment every service of a bench or soak run
+// gets: the server at natsURL, its own data directory under dir (by
+// name), the registry, and any free port for /healthz, /readyz and
+// /metrics, never the fixed defaults (two runners run at once); a
+// gateway's own ORCH_HTTP_ADDR comes later and wins.
+func ServiceEnv(natsURL, dir, registry, name string) []string {
+	return []string{
+		"ORCH_NATS_URL=" + natsURL,
+		"ORCH_DATA_DIR=" + filepath.Join(dir, "data-"+name),
+		"ORCH_PROJECTS_FILE=" + registry,
+		"ORCH_LOG_LEVEL=info",
+		"ORCH_HTTP_ADDR=127.0.0.1:0",
+	}
+}

@@ -21,11 +21,7 @@ func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 // script writes a sh script into dir and returns its argv.
 func script(t *testing.T, dir, body string) []string {
 	t.Helper()
-	path := filepath.Join(dir, "agent.sh")
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return []string{"sh", path}
+	return []string{"sh", testkit.Script(t, filepath.Join(dir, "agent.sh"), body)}
 }
 
 func spec(t *testing.T, argv []string) agent.Spec {

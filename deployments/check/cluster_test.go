@@ -413,21 +413,7 @@ func waitDone(t *testing.T, st *status.Store, ids []string) {
 // and alerts on although no job failed.
 func checkNoJobDeadLettered(t *testing.T, js jetstream.JetStream, ids []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	dlq, err := js.Stream(ctx, proto.StreamDLQ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := dlq.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		msg, err := dlq.GetMsg(ctx, seq)
-		if err != nil {
-			continue // deleted
-		}
+	for _, msg := range natstest.Messages(t, js, proto.StreamDLQ) {
 		var job struct {
 			ID string `json:"id"`
 		}

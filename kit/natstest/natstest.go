@@ -4,6 +4,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,4 +65,32 @@ func CheckFor(t testing.TB, timeout, interval time.Duration, f func() error) {
 		}
 		time.Sleep(interval)
 	}
+}
+
+// Messages returns every message stream holds, oldest first, skipping
+// the deleted ones; it fails the test when the stream cannot be read.
+func Messages(t testing.TB, js jetstream.JetStream, stream string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // deleted
+		}
+		if err != nil {
+			t.Fatalf("%s message %d: %v", stream, seq, err)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
 }

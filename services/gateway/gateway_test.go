@@ -226,21 +226,8 @@ func (g *gw) postPR(t *testing.T, n int, action string) accepted {
 // twice.
 func jobsInStream(t *testing.T, js jetstream.JetStream) map[string]bool {
 	t.Helper()
-	ctx := context.Background()
-	s, err := js.Stream(ctx, proto.StreamJobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids := map[string]bool{}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("message %d: %v", seq, err)
-		}
+	for _, m := range natstest.Messages(t, js, proto.StreamJobs) {
 		j, err := proto.DecodeJob(m.Data)
 		if err != nil {
 			t.Fatal(err)

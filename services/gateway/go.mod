@@ -7,7 +7,6 @@ require (
 	github.com/orch-dev/orch/kit v0.0.0
 	github.com/orch-dev/orch/proto v0.0.0
 	github.com/prometheus/client_golang v1.24.1
-	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 )
 
@@ -23,6 +22,7 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.1 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 )

@@ -18,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/kit/natstest"
@@ -28,9 +27,7 @@ import (
 	"github.com/orch-dev/orch/services/gateway"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, natstest.IgnoreServer()...)
-}
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 const apiToken = "s3cret-t0ken"
 

@@ -137,8 +137,13 @@ echo "end $(date +%s%N)" >> $f
 	if second["start"] < first["end"] {
 		t.Errorf("the runs overlap: %v and %v", first, second)
 	}
-	if first["commits"] != "1" || second["commits"] != "2" {
-		t.Errorf("commits seen: %s then %s, want 1 then 2 (the worktree is reused)", first["commits"], second["commits"])
+	// Each run commits once. A run the lease took away (a loaded machine)
+	// runs again and commits again, so only the order is certain: the
+	// later run sees the earlier one's commit on top of the initial one.
+	n1, _ := strconv.Atoi(first["commits"])
+	n2, _ := strconv.Atoi(second["commits"])
+	if n1 < 1 || n2 <= n1 {
+		t.Errorf("commits seen: %d then %d, want the second run to see the first's commit (the worktree is reused)", n1, n2)
 	}
 }
 

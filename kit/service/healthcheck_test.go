@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // childEnv makes this test binary act as a service's main: it calls
@@ -27,7 +29,7 @@ func TestMain(m *testing.M) {
 		HandleFlags("notifier", "v1.2.3")
 		os.Exit(3)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // runFlags runs this test binary as a service binary with args, and

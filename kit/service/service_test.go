@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestJSONLogLine pins what a log pipeline reads: one JSON object a line,
 // an RFC 3339 timestamp, durations as strings that carry their unit.

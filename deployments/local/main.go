@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -151,6 +152,10 @@ func listenOrAny(addr, name string, log *zap.Logger) (net.Listener, error) {
 	return ln, nil
 }
 
+// sampleHeadBranch is the head branch of the sample pull request
+// (sample/pull_request.json).
+const sampleHeadBranch = "feature/fix-emoji"
+
 // sampleRepos creates a sample git repository for every project whose
 // clone_url is a local path with nothing there yet.
 func sampleRepos(ctx context.Context, projectsFile string, log *zap.Logger) error {
@@ -172,6 +177,11 @@ func sampleRepos(ctx context.Context, projectsFile string, log *zap.Logger) erro
 		}
 		if err := workspace.CreateRepo(ctx, path, p.DefaultBranch, files); err != nil {
 			return fmt.Errorf("making the sample repository of %s: %w", p.Key, err)
+		}
+		// The sample pull request's head branch, so its jobs check out a
+		// branch the remote has.
+		if out, err := exec.CommandContext(ctx, "git", "-C", path, "branch", sampleHeadBranch).CombinedOutput(); err != nil {
+			return fmt.Errorf("making branch %s in the sample repository of %s: %w: %s", sampleHeadBranch, p.Key, err, out)
 		}
 		log.Info("made a sample git repository", zap.String("project", p.Key), zap.String("path", path))
 	}

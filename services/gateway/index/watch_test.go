@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/proto"
 )
 
 // setupIndex returns an index and a status bucket whose records expire

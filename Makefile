@@ -15,7 +15,7 @@ export ORCH_RETRY_DELAY    ?= 5s
 # The stand-in agent's knobs pass the runner's allow-list of variables.
 export ORCH_AGENT_ENV      ?= ORCH_STANDIN_EXIT,ORCH_STANDIN_SLEEP
 
-.PHONY: all build run sample test test-unit fuzz-short lint bench fuzz soak clean tidy browser
+.PHONY: all build run sample test test-unit fuzz-short lint bench bench-big fuzz soak clean tidy browser
 
 all: lint test
 
@@ -75,15 +75,22 @@ fuzz:
 	@$(MAKE) --no-print-directory fuzz-short FUZZ_SHORT=$(FUZZ_LONG)
 
 # --- bench and soak ---
-# bench: one table of orch against raw JetStream on the same embedded
-# server (fsync on every write) in the same run; BENCH_FLAGS passes flags
-# to orchbench (see `go run ./cmd/orchbench -h`).
+# bench: one table of orch against the least the same work needs (raw
+# JetStream, raw git) on the same embedded server in the same run;
+# BENCH_FLAGS passes flags to orchbench (see `go run ./cmd/orchbench -h`).
 BENCH_FLAGS ?=
 bench:
 	cd bench && go run ./cmd/orchbench $(BENCH_FLAGS)
 
+# bench-big: the big-repository bench alone (a generated repository of
+# 50,000 files and 10,000 commits): first job of a task against raw git,
+# disk per worktree, partial clone and sparse checkout measured.
+bench-big:
+	cd bench && go run ./cmd/orchbench -big $(BENCH_FLAGS)
+
 # soak: SOAK_N jobs through the real binaries under chaos (runner SIGKILLs,
-# a JetStream restart, failing agents). The short version (300 jobs) runs
+# a JetStream restart, failing agents); a tenth of them first without
+# chaos, whose drain rate sets the chaos phase's deadline. The short version (300 jobs) runs
 # in `make test`. No race detector here: the services are built without
 # it, and it would only slow the JetStream server in the test process.
 SOAK_N ?= 10000

@@ -84,7 +84,12 @@ type report struct {
 	lost                                    int
 	queue                                   map[string]int
 	elapsed                                 time.Duration
-	problems                                []string
+	// calmRate and chaosRate are jobs ended per second without and with
+	// the chaos; queueLag is how long GET /queue took to agree with the
+	// status bucket once the system was quiet (-1: it never did).
+	calmRate, chaosRate float64
+	queueLag            time.Duration
+	problems            []string
 }
 
 func (r *report) problem(format string, args ...any) {
@@ -226,6 +231,9 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 	if r.maxConcurrent > maxConcurrency {
 		r.problem("%d agents ran at once, more than ORCH_MAX_CONCURRENCY=%d", r.maxConcurrent, maxConcurrency)
 	}
+	if r.queueLag > time.Second {
+		r.problem("GET /queue took %v to agree with the status bucket once quiet, more than a second", r.queueLag)
+	}
 	if r.queue != nil && (r.queue["done"] != r.done || r.queue["failed"] != r.failed) {
 		r.problem("GET /queue counts done=%d failed=%d, the status bucket holds done=%d failed=%d (the gateway's index is stale)",
 			r.queue["done"], r.queue["failed"], r.done, r.failed)
@@ -256,7 +264,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "  jobs accepted          %d\n", r.jobs)
 	fmt.Fprintf(w, "  done / failed / other  %d / %d / %d   (failed: %d doomed, %d after kills ate their attempts)\n",
 		r.done, r.failed, r.other, r.doomedFailed, r.failed-r.doomedFailed)
-	fmt.Fprintf(w, "  GET /queue counts      %v\n", r.queue)
+	fmt.Fprintf(w, "  GET /queue counts      %v (agreed with the bucket after %v, target <= 1s)\n", r.queue, r.queueLag.Round(time.Millisecond))
+	fmt.Fprintf(w, "  drain rate             %.1f jobs/s without chaos, %.1f jobs/s under it: %.2fx (target >= 0.5x)\n",
+		r.calmRate, r.chaosRate, r.chaosRate/r.calmRate)
 	fmt.Fprintf(w, "  telegram alerts        %d messages, %d naming soak jobs (want = failed)\n", r.alertMsgs, r.alerts)
 	fmt.Fprintf(w, "  agent runs             %d: %d planned failures, %d killed with their runner, %d redelivered after a lost ack, none unexplained unless listed below\n",
 		r.runs, r.plannedFailures, r.killedRuns, r.redeliveredAfterSuccess)

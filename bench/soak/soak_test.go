@@ -107,34 +107,58 @@ func soakN(t *testing.T) int {
 
 func TestSoak(t *testing.T) {
 	n := soakN(t)
+	calmN := max(n/10, 50)
 	sys := newSystem(t)
-	t.Logf("soak: %d jobs, 2 runners, concurrency %d, %d attempts", n, maxConcurrency, maxAttempts)
+	t.Logf("soak: %d jobs (%d before the chaos), 2 runners, concurrency %d, %d attempts", n, calmN, maxConcurrency, maxAttempts)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var posted atomic.Int64
-	var chaos sync.WaitGroup
-	chaosCtx, stopChaos := context.WithCancel(ctx)
-	chaos.Go(func() { sys.chaos(chaosCtx, &posted, int64(n)) })
-	defer func() { stopChaos(); chaos.Wait() }()
+	tracker := newTracker()
 
-	jobs, err := sys.post(ctx, n, &posted)
+	// The calm phase: calmN jobs drained with no kill and no restart, to
+	// measure the drain rate that the chaos phase is held against and its
+	// deadline derived from.
+	calmStart := time.Now()
+	calm, err := sys.post(ctx, 0, calmN, n, &posted)
 	if err != nil {
 		t.Errorf("posting: %v", err)
 	}
-	t.Logf("soak: %d webhooks accepted after %v", len(jobs), time.Since(sys.started).Round(time.Millisecond))
-
-	settleTimeout := 2*time.Minute + time.Duration(n)*60*time.Millisecond
-	if err := sys.settle(ctx, jobs, settleTimeout); err != nil {
-		t.Errorf("jobs did not settle: %v", err)
+	tracker.add(calm)
+	if err := sys.settle(ctx, tracker, 2*time.Minute+time.Duration(calmN)*100*time.Millisecond); err != nil {
+		t.Fatalf("calm jobs did not settle: %v", err)
 	}
+	calmRate := float64(len(calm)) / time.Since(calmStart).Seconds()
+
+	var chaos sync.WaitGroup
+	chaosCtx, stopChaos := context.WithCancel(ctx)
+	chaosStart := time.Now()
+	chaos.Go(func() { sys.chaos(chaosCtx, &posted, int64(calmN), int64(n)) })
+	defer func() { stopChaos(); chaos.Wait() }()
+	rest, err := sys.post(ctx, calmN, n, n, &posted)
+	if err != nil {
+		t.Errorf("posting: %v", err)
+	}
+	tracker.add(rest)
+	t.Logf("soak: %d webhooks accepted after %v", len(calm)+len(rest), time.Since(sys.started).Round(time.Millisecond))
+
+	// The deadline allows a quarter of the calm rate (the target is half)
+	// plus a minute for the JetStream restart and AckWait tails.
+	settleTimeout := time.Minute + time.Duration(4*float64(len(rest))/calmRate*float64(time.Second))
+	t.Logf("soak: calm drain %.1f jobs/s, chaos phase deadline %v", calmRate, settleTimeout.Round(time.Second))
+	if err := sys.settle(ctx, tracker, settleTimeout-time.Since(chaosStart)); err != nil {
+		t.Errorf("jobs did not settle within %v: %v", settleTimeout.Round(time.Second), err)
+	}
+	chaosRate := float64(len(rest)) / time.Since(chaosStart).Seconds()
 	stopChaos()
 	chaos.Wait()
-	queue := sys.queueCounts()
+	queue, lag := sys.queueAgrees(tracker)
 	sys.stopAll()
 
+	jobs := append(calm, rest...)
 	rep := sys.check(jobs, queue)
 	rep.elapsed = time.Since(sys.started)
+	rep.calmRate, rep.chaosRate, rep.queueLag = calmRate, chaosRate, lag
 	rep.print(os.Stdout)
 	for _, p := range rep.problems {
 		t.Error(p)
@@ -305,10 +329,10 @@ func (s *system) ready(ctx context.Context) error {
 }
 
 // chaos SIGKILLs a runner (r1 and r2 in turn) every killEvery and starts
-// it again, and restarts JetStream once, when half of the jobs are posted
-// and runners have been killed twice (so that work is in flight), until
-// ctx ends.
-func (s *system) chaos(ctx context.Context, posted *atomic.Int64, n int64) {
+// it again, and restarts JetStream once, when half of the jobs after the
+// first from are posted and runners have been killed twice (so that work
+// is in flight), until ctx ends.
+func (s *system) chaos(ctx context.Context, posted *atomic.Int64, from, n int64) {
 	tick := time.NewTicker(killEvery)
 	defer tick.Stop()
 	poll := time.NewTicker(50 * time.Millisecond)
@@ -323,7 +347,7 @@ func (s *system) chaos(ctx context.Context, posted *atomic.Int64, n int64) {
 			s.mu.Lock()
 			kills := s.kills
 			s.mu.Unlock()
-			if !restarted && posted.Load() >= n/2 && kills >= 2 {
+			if !restarted && posted.Load() >= from+(n-from)/2 && kills >= 2 {
 				restarted = true
 				s.restartJetStream()
 			}
@@ -363,18 +387,18 @@ type job struct {
 	doomed bool
 }
 
-// post sends n distinct webhooks on a few senders, each retried until the
-// gateway answers 202 (it may answer 503 while JetStream restarts), and
-// returns the jobs they queued.
-func (s *system) post(ctx context.Context, n int, posted *atomic.Int64) ([]job, error) {
-	jobs := make([]job, n)
+// post sends the distinct webhooks from to to (of n in all) on a few
+// senders, each retried until the gateway answers 202 (it may answer 503
+// while JetStream restarts), and returns the jobs they queued.
+func (s *system) post(ctx context.Context, from, to, n int, posted *atomic.Int64) ([]job, error) {
+	jobs := make([]job, to-from)
 	var (
 		g    errgroup.Group
 		mu   sync.Mutex
 		errs []error
 	)
 	g.SetLimit(senders)
-	for i := range n {
+	for i := from; i < to; i++ {
 		g.Go(func() error {
 			pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i}
 			doomed := i%doomedEvery == doomedEvery-1
@@ -388,7 +412,7 @@ func (s *system) post(ctx context.Context, n int, posted *atomic.Int64) ([]job, 
 				mu.Unlock()
 				return nil // one failed webhook does not stop the others
 			}
-			jobs[i] = job{id: id, doomed: doomed}
+			jobs[i-from] = job{id: id, doomed: doomed}
 			posted.Add(1)
 			return nil
 		})
@@ -435,65 +459,6 @@ func (s *system) send(ctx context.Context, pr gitea.PR) (string, error) {
 		return ans.Jobs[0].ID, nil
 	}
 	return "", fmt.Errorf("webhook %d never accepted: %s", pr.Seq, last)
-}
-
-// settle waits until every job has ended (and every failed one is
-// alerted), JOBS is empty and no advisory is pending.
-func (s *system) settle(ctx context.Context, jobs []job, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = s.settled(ctx, jobs); err == nil {
-			return nil
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return err
-}
-
-func (s *system) settled(ctx context.Context, jobs []job) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	open := 0
-	var example string
-	for _, j := range jobs {
-		st, err := s.status(ctx, j.id)
-		if err != nil || !st.State.Terminal() || (st.State == proto.StateFailed && !st.Alerted) {
-			open++
-			if example == "" {
-				example = j.id
-				if st != nil {
-					example += " is " + string(st.State)
-				}
-			}
-		}
-	}
-	if open > 0 {
-		return fmt.Errorf("%d jobs not ended, e.g. %s", open, example)
-	}
-	stream, err := s.js.Stream(ctx, proto.StreamJobs)
-	if err != nil {
-		return err
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.State.Msgs > 0 {
-		return fmt.Errorf("JOBS holds %d messages", info.State.Msgs)
-	}
-	cons, err := s.js.Consumer(ctx, proto.StreamAdvisories, proto.ConsumerNotifier)
-	if err != nil {
-		return err
-	}
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if ci.NumPending+uint64(ci.NumAckPending) > 0 {
-		return fmt.Errorf("%d advisories pending", ci.NumPending+uint64(ci.NumAckPending))
-	}
-	return nil
 }
 
 func (s *system) status(ctx context.Context, id string) (*proto.Status, error) {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -11,12 +12,23 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
+// clockSkew is how far the gateway's clock, which dates a job, may be
+// behind the runner's: a fetch counts as later than a job's event only
+// when it started this much after the job's creation time.
+const clockSkew = time.Second
+
 // prepare brings the job's worktree to the head the job is about (see
 // workspace.Prepare) and logs where it is, with a warning when it holds
-// an earlier job's work that was kept instead.
-func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) (workspace.Checkout, error) {
+// an earlier job's work that was kept instead. A first attempt is about
+// the remote as it was when the job was made, so a fetch that began since
+// is enough; a retry fetches anew.
+func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) (workspace.Checkout, error) {
 	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch}
-	co, err := r.ws.Prepare(ctx, repo, workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR})
+	want := workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR}
+	if attempt == 1 && !job.CreatedAt.IsZero() {
+		want.Since = job.CreatedAt.Add(clockSkew)
+	}
+	co, err := r.ws.Prepare(ctx, repo, want)
 	if err != nil {
 		return co, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/prompt"
+	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 // The causes that end a job other than its agent's own exit.
@@ -142,7 +143,20 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if *r.cfg.LogLocal {
 		logField = logPath
 	}
+	// The running state and the worktree do not depend on each other, so
+	// the worktree is prepared while the record is written; it is simply
+	// not used when the record says the job is not to run (the task lock
+	// is held, so no other job is in the worktree meanwhile).
+	var (
+		co        workspace.Checkout
+		coErr     error
+		preparing sync.WaitGroup
+	)
+	if job.Kind != proto.KindCleanup {
+		preparing.Go(func() { co, coErr = r.prepareTimed(ctx, log, job, p, attempt) })
+	}
 	st, err := r.status.Apply(ctx, job, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()))
+	preparing.Wait()
 	switch {
 	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateCancelled:
 		return outcome{res: agent.Result{ExitCode: -1, Err: errCancelled}}
@@ -165,9 +179,8 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	}
 
 	fail := func(err error) outcome { return outcome{res: agent.Result{ExitCode: -1, Err: err}, log: logPath} }
-	co, err := r.prepareTimed(ctx, log, job, p)
-	if err != nil {
-		return fail(fmt.Errorf("preparing worktree: %w", err))
+	if coErr != nil {
+		return fail(fmt.Errorf("preparing worktree: %w", coErr))
 	}
 	dir := co.Dir
 	text, err := tmpls.Render(promptData(job, attempt, r.cfg.MaxAttempts, co))

@@ -173,9 +173,9 @@ func (m *metrics) settled(job *proto.Job, out outcome, result string) {
 }
 
 // prepareTimed is prepare, timed.
-func (r *Runner) prepareTimed(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) (workspace.Checkout, error) {
+func (r *Runner) prepareTimed(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) (workspace.Checkout, error) {
 	start := time.Now()
-	co, err := r.prepare(ctx, log, job, p)
+	co, err := r.prepare(ctx, log, job, p, attempt)
 	r.metrics.prepDur.Observe(time.Since(start).Seconds())
 	return co, err
 }

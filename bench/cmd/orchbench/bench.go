@@ -37,6 +37,7 @@ type bench struct {
 	procs    map[string]*proc.Proc
 	gateway  string // base URL
 	client   *http.Client
+	raw      *rawGit // the raw baseline of dispatch and drain
 }
 
 func setup(ctx context.Context, dir string, o options) (*bench, error) {
@@ -54,6 +55,9 @@ func setup(ctx context.Context, dir string, o options) (*bench, error) {
 		return nil, err
 	}
 	b.records = filepath.Join(dir, "agent-starts.log")
+	if b.raw, err = newRawGit(ctx, dir, filepath.Join(dir, "repo"), b.agent); err != nil {
+		return nil, err
+	}
 	b.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "jetstream"), SyncAlways: true})
 	if err != nil {
 		return nil, err
@@ -96,7 +100,13 @@ func (b *bench) common(name string) []string {
 
 // start runs one service binary with extra environment.
 func (b *bench) start(name string, env ...string) (*proc.Proc, error) {
-	p, err := proc.Start(name, b.bins[name], append(b.common(name), env...), filepath.Join(b.dir, name+".log"))
+	return b.startBin(name, b.bins[name], env...)
+}
+
+// startBin runs bin as the process name with extra environment, which
+// wins over the common environment.
+func (b *bench) startBin(name, bin string, env ...string) (*proc.Proc, error) {
+	p, err := proc.Start(name, bin, append(b.common(name), env...), filepath.Join(b.dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -115,19 +125,28 @@ func (b *bench) stop(name string) error {
 }
 
 func (b *bench) startGateway(ctx context.Context) error {
+	var err error
+	b.gateway, err = b.startGatewayAs(ctx, "gateway")
+	return err
+}
+
+// startGatewayAs starts a gateway process named name (its log and data
+// dir are named after it) and returns its base URL once it is ready.
+// Extra environment (another ORCH_NATS_URL) overrides the common one.
+func (b *bench) startGatewayAs(ctx context.Context, name string, env ...string) (string, error) {
 	port, err := freePort()
 	if err != nil {
-		return err
+		return "", err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	p, err := b.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET=fixture-secret",
-		"ORCH_PLANE_SECRET=plane-secret", "ORCH_API_TOKEN="+apiToken)
+	env = append([]string{"ORCH_HTTP_ADDR=" + addr, "ORCH_GITEA_SECRET=fixture-secret", "ORCH_PLANE_SECRET=plane-secret", "ORCH_API_TOKEN=" + apiToken}, env...)
+	p, err := b.startBin(name, b.bins["gateway"], env...)
 	if err != nil {
-		return err
+		return "", err
 	}
-	b.gateway = "http://" + addr
-	return waitFor(ctx, p, 30*time.Second, func() error {
-		resp, err := b.client.Get(b.gateway + "/readyz")
+	base := "http://" + addr
+	return base, waitFor(ctx, p, 30*time.Second, func() error {
+		resp, err := b.client.Get(base + "/readyz")
 		if err != nil {
 			return err
 		}
@@ -177,13 +196,23 @@ func (b *bench) waitConsumer(ctx context.Context, p *proc.Proc, stream, consumer
 	})
 }
 
-// waitFor polls f until it returns nil, p exits, or timeout passes.
+// fatal wraps an error that ends waitFor at once.
+type fatal struct{ error }
+
+func (f fatal) Unwrap() error { return f.error }
+
+// waitFor polls f until it returns nil or a fatal error, p exits, or
+// timeout passes.
 func waitFor(ctx context.Context, p *proc.Proc, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
 		if err == nil {
 			return nil
+		}
+		var fe fatal
+		if errors.As(err, &fe) {
+			return fe.error
 		}
 		if p != nil && p.Exited() {
 			return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
@@ -240,8 +269,49 @@ func (b *bench) getQueue(ctx context.Context) (queueAnswer, time.Duration, error
 // rawStream creates (afresh) a stream shaped like JOBS on other subjects,
 // for the baselines: same storage, retention and dedupe window.
 func (b *bench) rawStream(ctx context.Context, name, subject string) (jetstream.Stream, error) {
-	_ = b.js.DeleteStream(ctx, name)
+	return rawStream(ctx, b.js, name, subject)
+}
+
+func rawStream(ctx context.Context, js jetstream.JetStream, name, subject string) (jetstream.Stream, error) {
+	_ = js.DeleteStream(ctx, name)
 	cfg := proto.Topology{}.JobsStream()
 	cfg.Name, cfg.Subjects, cfg.Description = name, []string{subject}, "orchbench baseline"
-	return b.js.CreateStream(ctx, cfg)
+	return js.CreateStream(ctx, cfg)
+}
+
+// server is an embedded JetStream server with a client connection and
+// orch's topology.
+type server struct {
+	srv *embedded.Server
+	nc  *nats.Conn
+	js  jetstream.JetStream
+}
+
+// startServer starts an embedded server storing under dir, fsyncing
+// every write when syncAlways, else on the server's default schedule.
+func startServer(ctx context.Context, dir string, syncAlways bool) (*server, error) {
+	srv, err := embedded.Start(embedded.Options{Port: -1, StoreDir: dir, SyncAlways: syncAlways})
+	if err != nil {
+		return nil, err
+	}
+	s := &server{srv: srv}
+	if s.nc, err = nats.Connect(srv.URL(), nats.MaxReconnects(-1)); err != nil {
+		s.close()
+		return nil, err
+	}
+	s.js, _ = jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := (proto.Topology{}).Ensure(tctx, s.js); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *server) close() {
+	if s.nc != nil {
+		s.nc.Close()
+	}
+	s.srv.Shutdown()
 }

@@ -17,14 +17,12 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// --- drain ---
-
-// jobMsg is a valid job of the bench project, on its subject with its
-// dedupe id.
-func jobMsg(id string, i int) (*nats.Msg, []byte, error) {
+// jobMsg is a valid job of the bench project for task, on its subject
+// with its dedupe id, and its queued status record.
+func jobMsg(id, task string) (*nats.Msg, []byte, error) {
 	job := proto.Job{
 		Schema: proto.SchemaVersion, ID: id, Kind: proto.KindReview, Project: project.Key,
-		Task:      proto.Task{ID: "t-" + strconv.Itoa(i%tasks), Title: "bench job " + id},
+		Task:      proto.Task{ID: task, Title: "bench job " + id},
 		Source:    proto.Source{System: "api", Actor: "orchbench"},
 		CreatedAt: time.Now().UTC(),
 	}
@@ -73,7 +71,7 @@ func (b *bench) rawDrain(ctx context.Context) (float64, error) {
 	}
 	msgs := make([]*nats.Msg, b.o.drainN)
 	for i := range msgs {
-		m, _, err := jobMsg("drain-raw-"+strconv.Itoa(i), i)
+		m, _, err := jobMsg("drain-raw-"+strconv.Itoa(i), "t-"+strconv.Itoa(i%tasks))
 		if err != nil {
 			return 0, err
 		}
@@ -126,6 +124,85 @@ func (b *bench) rawDrain(ctx context.Context) (float64, error) {
 	return float64(b.o.drainN) / took.Seconds(), err
 }
 
+// rawWorkDrain does the least work of draining drainN new-task jobs by
+// hand: concurrency workers each pull a job, add its task's worktree,
+// run the agent in it and ack the job with the server's confirmation.
+// It is timed from the first delivery to the last ack.
+func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) {
+	st, err := b.rawStream(ctx, "BENCH_DRAINWORK", "bench.drainwork.>")
+	if err != nil {
+		return 0, err
+	}
+	msgs := make([]*nats.Msg, b.o.drainN)
+	for i := range msgs {
+		m, _, err := jobMsg("drain-work-"+strconv.Itoa(i), "drain-work-"+strconv.Itoa(i))
+		if err != nil {
+			return 0, err
+		}
+		m.Subject = "bench.drainwork.x"
+		msgs[i] = m
+	}
+	if err := b.publishAll(ctx, msgs); err != nil {
+		return 0, err
+	}
+	cfg := proto.RunnerConsumer(b.o.concurrency, 3, 30*time.Second)
+	cfg.Durable, cfg.FilterSubject = "rawwork", ""
+	cons, err := st.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		done  atomic.Int64
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, b.o.concurrency)
+		first sync.Once
+		start time.Time
+		werr  atomic.Pointer[error]
+	)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		first.Do(func() { start = time.Now() })
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			var job proto.Job
+			err := json.Unmarshal(m.Data(), &job)
+			if err == nil {
+				err = raw.addWorktree(ctx, job.Task.ID)
+			}
+			if err == nil {
+				err = raw.spawn(ctx, job.Task.ID, job.ID)
+			}
+			if err == nil {
+				err = m.DoubleAck(ctx)
+			}
+			if err != nil {
+				werr.CompareAndSwap(nil, &err)
+				return
+			}
+			done.Add(1)
+		})
+	}, jetstream.PullMaxMessages(b.o.concurrency))
+	if err != nil {
+		return 0, err
+	}
+	var took time.Duration
+	err = waitFor(ctx, nil, 10*time.Minute, func() error {
+		if p := werr.Load(); p != nil {
+			return fatal{*p}
+		}
+		if n := done.Load(); n < int64(b.o.drainN) {
+			return fmt.Errorf("%d of %d done", n, b.o.drainN)
+		}
+		took = time.Since(start)
+		return nil
+	})
+	cc.Stop()
+	<-cc.Closed()
+	wg.Wait()
+	return float64(b.o.drainN) / took.Seconds(), err
+}
+
+// drain drains drainN new-task no-op jobs through the runner.
 func (b *bench) drain(ctx context.Context) (float64, error) {
 	// Pause the runner's consumer while the jobs are published, so that
 	// the clock starts with a full queue, as the baseline's does.
@@ -134,7 +211,7 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	}
 	msgs := make([]*nats.Msg, b.o.drainN)
 	for i := range msgs {
-		m, _, err := jobMsg("drain-"+strconv.Itoa(i), i)
+		m, _, err := jobMsg("drain-"+strconv.Itoa(i), "drain-"+strconv.Itoa(i))
 		if err != nil {
 			return 0, err
 		}

@@ -11,8 +11,6 @@ import (
 	"github.com/orch-dev/orch/bench/internal/stats"
 )
 
-// --- intake ---
-
 func (b *bench) intakeDeliveries() ([]gitea.Delivery, []int, error) {
 	ds := make([]gitea.Delivery, b.o.intakeN)
 	ns := make([]int, b.o.intakeN)
@@ -25,8 +23,10 @@ func (b *bench) intakeDeliveries() ([]gitea.Delivery, []int, error) {
 	return ds, ns, nil
 }
 
-func (b *bench) rawIntake(ctx context.Context) (stats.Sample, float64, error) {
-	if _, err := b.rawStream(ctx, "BENCH_INTAKE", "bench.intake.>"); err != nil {
+// rawIntake publishes the intake bodies synchronously through js, each
+// with a dedupe id, intakeC at once: the least an intake must do.
+func (b *bench) rawIntake(ctx context.Context, js jetstream.JetStream) (stats.Sample, float64, error) {
+	if _, err := rawStream(ctx, js, "BENCH_INTAKE", "bench.intake.>"); err != nil {
 		return nil, 0, err
 	}
 	ds, ns, err := b.intakeDeliveries()
@@ -37,14 +37,16 @@ func (b *bench) rawIntake(ctx context.Context) (stats.Sample, float64, error) {
 	start := time.Now()
 	err = pool(len(ds), b.o.intakeC, func(i int) error {
 		t0 := time.Now()
-		_, err := b.js.Publish(ctx, "bench.intake.widgets.review", ds[i].Body, jetstream.WithMsgID("intake-"+strconv.Itoa(ns[i])))
+		_, err := js.Publish(ctx, "bench.intake.widgets.review", ds[i].Body, jetstream.WithMsgID("intake-"+strconv.Itoa(ns[i])))
 		lat[i] = time.Since(t0)
 		return err
 	})
 	return lat, float64(len(ds)) / time.Since(start).Seconds(), err
 }
 
-func (b *bench) intake(ctx context.Context) (stats.Sample, float64, error) {
+// intake posts the intake webhooks to the gateway at base, intakeC at
+// once.
+func (b *bench) intake(ctx context.Context, base string) (stats.Sample, float64, error) {
 	ds, ns, err := b.intakeDeliveries()
 	if err != nil {
 		return nil, 0, err
@@ -53,7 +55,7 @@ func (b *bench) intake(ctx context.Context) (stats.Sample, float64, error) {
 	start := time.Now()
 	err = pool(len(ds), b.o.intakeC, func(i int) error {
 		t0 := time.Now()
-		_, err := b.send(ctx, ds[i], ns[i])
+		_, err := b.sendTo(ctx, base, ds[i], ns[i])
 		lat[i] = time.Since(t0)
 		return err
 	})

@@ -1,12 +1,15 @@
-// Command orchbench measures orch against raw JetStream on the same
-// embedded server in the same run, and prints one table: each row a figure
-// of orch, its baseline, its target ratio and PASS or MISS.
+// Command orchbench measures orch against the least the same work needs,
+// done by hand in the same run on the same embedded JetStream server, and
+// prints one table: each row a figure of orch, its baseline, their ratio,
+// the target and PASS or MISS. The baselines are raw JetStream (publish,
+// pull and ack) and raw git (`git worktree add`, a start of the same
+// agent binary). With -big it measures a generated big repository instead.
 //
 // The services run as their real binaries (built into a temporary
 // directory), each its own process, against an embedded JetStream server in
-// this process that fsyncs every write (SyncAlways), as `make run` does. The
-// baselines use that same server and connection settings. The machine is
-// shared, so only the ratios mean anything.
+// this process that fsyncs every write (SyncAlways), as `make run` does;
+// intake is measured again against a second server at the default sync
+// setting. The machine is shared, so only the ratios mean anything.
 package main
 
 import (
@@ -26,7 +29,9 @@ func main() {
 	var o options
 	flag.IntVar(&o.intakeN, "intake-n", 2000, "webhooks sent in the intake phase (and raw publishes of the same bytes)")
 	flag.IntVar(&o.intakeC, "intake-c", 16, "concurrent senders in the intake phase, both sides")
-	flag.IntVar(&o.rate, "rate", 200, "webhooks per second in the pickup/dispatch phase")
+	flag.IntVar(&o.dispatchN, "dispatch-n", 30, "jobs of the low-rate dispatch phases (new task, worktree exists), both sides")
+	flag.IntVar(&o.dispatchRate, "dispatch-rate", 2, "webhooks per second in the low-rate dispatch phases")
+	flag.IntVar(&o.rate, "rate", 50, "new-task webhooks per second in the pickup phase")
 	flag.DurationVar(&o.rateFor, "rate-for", 5*time.Second, "length of the pickup/dispatch phase")
 	flag.IntVar(&o.drainN, "drain-n", 1000, "jobs drained in the drain phase, both sides")
 	flag.IntVar(&o.concurrency, "concurrency", 8, "ORCH_MAX_CONCURRENCY of the runner, MaxAckPending of the raw consumer")
@@ -35,6 +40,10 @@ func main() {
 	flag.StringVar(&o.keep, "keep", "", "keep the work directory (logs, store) here instead of a temporary one")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (the JetStream server and the load driver) here")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "sample the gateway (intake) and the runner (drain) with perf into this directory")
+	flag.BoolVar(&o.big, "big", false, "run only the big-repository bench (make bench-big)")
+	flag.IntVar(&o.bigFiles, "big-files", 50_000, "files of the generated repository (-big)")
+	flag.IntVar(&o.bigCommits, "big-commits", 10_000, "commits of the generated repository's history (-big)")
+	flag.IntVar(&o.bigN, "big-n", 5, "new tasks, then jobs in their existing worktrees, each side (-big)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -48,6 +57,8 @@ func main() {
 
 type options struct {
 	intakeN, intakeC    int
+	dispatchN           int
+	dispatchRate        int
 	rate                int
 	rateFor             time.Duration
 	drainN, concurrency int
@@ -55,6 +66,10 @@ type options struct {
 	keep                string
 	cpuProfile          string
 	profileDir          string
+	big                 bool
+	bigFiles            int
+	bigCommits          int
+	bigN                int
 }
 
 func run(ctx context.Context, o options) error {
@@ -87,7 +102,11 @@ func run(ctx context.Context, o options) error {
 	}
 	defer b.close()
 	t := &table{}
-	if err := b.all(ctx, t); err != nil {
+	phases := b.all
+	if o.big {
+		phases = b.bigRows
+	}
+	if err := phases(ctx, t); err != nil {
 		t.print(os.Stdout)
 		return err
 	}

@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orch-dev/orch/bench/internal/gitea"
@@ -25,7 +28,7 @@ const tasks = 64
 // all runs every phase in an order that keeps them apart: the queue is
 // empty for the first GET /queue figures, the runner is stopped before
 // intake so that it takes no CPU from the gateway, and the deep queue is
-// filled last.
+// filled last. Each orch figure is measured right after its baseline.
 func (b *bench) all(ctx context.Context, t *table) error {
 	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
 	log("starting gateway, runner (concurrency %d), notifier", b.o.concurrency)
@@ -54,26 +57,36 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		return err
 	}
 
-	log("pickup/dispatch at %d/s for %v", b.o.rate, b.o.rateFor)
+	if err := b.dispatchRows(ctx, t, log); err != nil {
+		return err
+	}
+
+	log("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
 	rawPickup, err := b.rawPickup(ctx)
 	if err != nil {
 		return err
 	}
-	pickup, dispatch, err := b.pickup(ctx)
+	pickup, dispatch, behind, err := b.pickup(ctx)
 	if err != nil {
 		return err
 	}
+	t.add(row{what: fmt.Sprintf("new tasks at %d/s: jobs not started when sending ends", b.o.rate), orch: strconv.Itoa(behind),
+		base: "-", ratio: "-", target: fmt.Sprintf("<= %d (slots)", b.o.concurrency), verdict: verdict(behind <= b.o.concurrency)})
 	t.ratio(fmt.Sprintf("pickup p50 at %d/s: accepted -> runner holds job", b.o.rate), stats.Ms(pickup.P50()),
-		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(pickup.P50(), rawPickup.P50()), false, 2)
+		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(pickup.P50(), rawPickup.P50()), false, 0)
 	t.ratio("pickup p99", stats.Ms(pickup.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
 		ratio(pickup.P99(), rawPickup.P99()), false, 0)
-	t.ratio("dispatch p50: accepted -> agent process started", stats.Ms(dispatch.P50()),
+	t.ratio(fmt.Sprintf("dispatch p50 at %d/s: accepted -> agent started", b.o.rate), stats.Ms(dispatch.P50()),
 		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(dispatch.P50(), rawPickup.P50()), false, 0)
 	t.ratio("dispatch p99", stats.Ms(dispatch.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
 		ratio(dispatch.P99(), rawPickup.P99()), false, 0)
 
-	log("drain %d jobs at concurrency %d", b.o.drainN, b.o.concurrency)
+	log("drain %d new-task jobs at concurrency %d", b.o.drainN, b.o.concurrency)
 	rawDrain, err := b.rawDrain(ctx)
+	if err != nil {
+		return err
+	}
+	rawWork, err := b.rawWorkDrain(ctx, b.raw)
 	if err != nil {
 		return err
 	}
@@ -83,8 +96,10 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	if err != nil {
 		return err
 	}
-	t.ratio(fmt.Sprintf("drain, no-op jobs/s at concurrency %d", b.o.concurrency), fmt.Sprintf("%.0f/s", drain),
-		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0.8)
+	t.ratio(fmt.Sprintf("drain, new-task no-op jobs/s at concurrency %d", b.o.concurrency), fmt.Sprintf("%.0f/s", drain),
+		fmt.Sprintf("worktree add+agent+ack %.0f/s", rawWork), drain/rawWork, true, 0.7)
+	t.ratio("drain vs raw pull+ack", fmt.Sprintf("%.0f/s", drain),
+		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0)
 
 	loaded := map[string]proc.Memory{}
 	for _, name := range []string{"runner", "notifier"} {
@@ -96,22 +111,18 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		}
 	}
 
-	log("intake: %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
-	rawLat, rawRate, err := b.rawIntake(ctx)
-	if err != nil {
-		return err
-	}
+	log("intake (fsync every write): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
 	prof = b.profile("gateway", "intake")
-	lat, rate, err := b.intake(ctx)
+	err = b.intakeRows(ctx, t, "fsync always", b.js, b.gateway)
 	prof.stop()
 	if err != nil {
 		return err
 	}
-	t.ratio(fmt.Sprintf("intake, signed webhooks/s (%d senders)", b.o.intakeC), fmt.Sprintf("%.0f/s", rate),
-		fmt.Sprintf("sync publish %.0f/s", rawRate), rate/rawRate, true, 0.5)
-	t.ratio("intake p50", stats.Ms(lat.P50()), "sync publish "+stats.Ms(rawLat.P50()), ratio(lat.P50(), rawLat.P50()), false, 0)
-	t.ratio("intake p99", stats.Ms(lat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(lat.P99(), rawLat.P99()), false, 2)
 	if loaded["gateway"], err = b.procs["gateway"].Memory(); err != nil {
+		return err
+	}
+	log("intake (server's default sync): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
+	if err := b.intakeDefaultSync(ctx, t); err != nil {
 		return err
 	}
 
@@ -140,7 +151,93 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	t.add(row{what: "peak RSS under dispatch+drain, runner", orch: mib(loaded["runner"].HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
 	t.add(row{what: "peak RSS at end of load, notifier", orch: mib(loaded["notifier"].HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
 	t.add(row{what: fmt.Sprintf("peak RSS, gateway indexing %d jobs", b.o.queueN), orch: mib(deep.HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
+	perJob := float64(deep.RSS-loaded["gateway"].RSS) / float64(b.o.queueN)
+	t.add(row{what: "gateway RSS per indexed job", orch: fmt.Sprintf("%.0f B", perJob), base: "-", ratio: "-",
+		target: "<= 2048 B", verdict: verdict(perJob <= 2048)})
 	return nil
+}
+
+// dispatchRows measures, one job at a time at a low rate, webhook sent ->
+// agent started for new tasks and then for the same tasks again (their
+// worktrees exist), each against its raw baseline.
+func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...any)) error {
+	n := b.o.dispatchN
+	log("dispatch of %d new tasks at %d/s, raw worktree add + spawn first", n, b.o.dispatchRate)
+	rawNew, err := b.raw.dispatch(ctx, "dispatch", n, true)
+	if err != nil {
+		return err
+	}
+	ds, ns, err := newTaskDeliveries("dispatch", n)
+	if err != nil {
+		return err
+	}
+	prof := b.profile("runner", "dispatch-new")
+	orchNew, err := b.dispatch(ctx, ds, ns)
+	prof.stop()
+	if err != nil {
+		return err
+	}
+	log("dispatch of %d tasks whose worktree exists, raw spawn first", n)
+	rawOld, err := b.raw.dispatch(ctx, "dispatch", n, false)
+	if err != nil {
+		return err
+	}
+	if ds, ns, err = newTaskDeliveries("dispatch", n); err != nil {
+		return err
+	}
+	prof = b.profile("runner", "dispatch-existing")
+	orchOld, err := b.dispatch(ctx, ds, ns)
+	prof.stop()
+	if err != nil {
+		return err
+	}
+	t.ratio(fmt.Sprintf("dispatch p50, new task at %d/s: sent -> agent", b.o.dispatchRate), stats.Ms(orchNew.P50()),
+		"worktree add+spawn "+stats.Ms(stats.Sample(rawNew).P50()), ratio(orchNew.P50(), stats.Sample(rawNew).P50()), false, 1.5)
+	t.ratio("dispatch p99, new task", stats.Ms(orchNew.P99()), "worktree add+spawn "+stats.Ms(stats.Sample(rawNew).P99()),
+		ratio(orchNew.P99(), stats.Sample(rawNew).P99()), false, 0)
+	extra := orchOld.P50() - stats.Sample(rawOld).P50()
+	t.add(row{what: "dispatch p50, worktree exists: sent -> agent", orch: stats.Ms(orchOld.P50()),
+		base: "spawn " + stats.Ms(stats.Sample(rawOld).P50()), ratio: fmt.Sprintf("%+.2f ms", float64(extra)/float64(time.Millisecond)),
+		target: "<= +5 ms", verdict: verdict(extra <= 5*time.Millisecond)})
+	t.ratio("dispatch p99, worktree exists", stats.Ms(orchOld.P99()), "spawn "+stats.Ms(stats.Sample(rawOld).P99()),
+		ratio(orchOld.P99(), stats.Sample(rawOld).P99()), false, 0)
+	return nil
+}
+
+// intakeRows measures intake through the gateway at base against raw
+// synchronous publish through js, both on the same server.
+func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstream.JetStream, base string) error {
+	rawLat, rawRate, err := b.rawIntake(ctx, js)
+	if err != nil {
+		return err
+	}
+	lat, rate, err := b.intake(ctx, base)
+	if err != nil {
+		return err
+	}
+	t.ratio(fmt.Sprintf("intake, webhooks/s (%d senders, %s)", b.o.intakeC, sync), fmt.Sprintf("%.0f/s", rate),
+		fmt.Sprintf("sync publish %.0f/s", rawRate), rate/rawRate, true, 0.5)
+	t.ratio("intake p50, "+sync, stats.Ms(lat.P50()), "sync publish "+stats.Ms(rawLat.P50()), ratio(lat.P50(), rawLat.P50()), false, 0)
+	t.ratio("intake p99, "+sync, stats.Ms(lat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(lat.P99(), rawLat.P99()), false, 2)
+	return nil
+}
+
+// intakeDefaultSync runs the intake rows again on a second server that
+// fsyncs on its default schedule, with a second gateway connected to it.
+func (b *bench) intakeDefaultSync(ctx context.Context, t *table) error {
+	s, err := startServer(ctx, filepath.Join(b.dir, "jetstream-default-sync"), false)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	base, err := b.startGatewayAs(ctx, "gateway-default-sync", "ORCH_NATS_URL="+s.srv.URL())
+	defer func() { _ = b.stop("gateway-default-sync") }()
+	if err != nil {
+		return err
+	}
+	prof := b.profile("gateway-default-sync", "intake")
+	defer prof.stop()
+	return b.intakeRows(ctx, t, "default sync", s.js, base)
 }
 
 func ratio(a, b time.Duration) float64 {
@@ -164,7 +261,13 @@ func delivery() (gitea.Delivery, int, error) {
 
 // send posts one delivery and returns the job id of its 202 answer.
 func (b *bench) send(ctx context.Context, d gitea.Delivery, n int) (string, error) {
-	req, err := d.Request(b.gateway, n)
+	return b.sendTo(ctx, b.gateway, d, n)
+}
+
+// sendTo posts one delivery to the gateway at base and returns the job id
+// of its 202 answer.
+func (b *bench) sendTo(ctx context.Context, base string, d gitea.Delivery, n int) (string, error) {
+	req, err := d.Request(base, n)
 	if err != nil {
 		return "", err
 	}

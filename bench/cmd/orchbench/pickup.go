@@ -19,13 +19,10 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// --- pickup and dispatch ---
-
-// paced calls f(i) at rate per second for b.o.rateFor, each call on its
+// paced calls f(i) for i in [0, n) at rate per second, each call on its
 // own goroutine so that a slow answer does not hold back the next.
-func (b *bench) paced(f func(i int)) {
-	n := int(b.o.rateFor.Seconds() * float64(b.o.rate))
-	interval := time.Second / time.Duration(b.o.rate)
+func paced(n, rate int, f func(i int)) {
+	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range n {
@@ -63,7 +60,7 @@ func (b *bench) rawPickup(ctx context.Context) (stats.Sample, error) {
 	}
 	defer cc.Stop()
 	var perr atomic.Pointer[error]
-	b.paced(func(i int) {
+	paced(b.rateN(), b.o.rate, func(i int) {
 		if _, err := b.js.Publish(ctx, "bench.pickup.x", []byte(strconv.FormatInt(time.Now().UnixNano(), 10))); err != nil {
 			perr.Store(&err)
 		}
@@ -71,7 +68,7 @@ func (b *bench) rawPickup(ctx context.Context) (stats.Sample, error) {
 	if p := perr.Load(); p != nil {
 		return nil, *p
 	}
-	n := int(b.o.rateFor.Seconds() * float64(b.o.rate))
+	n := b.rateN()
 	err = waitFor(ctx, nil, 30*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -85,61 +82,138 @@ func (b *bench) rawPickup(ctx context.Context) (stats.Sample, error) {
 	return lat, err
 }
 
-func (b *bench) pickup(ctx context.Context) (pickup, dispatch stats.Sample, err error) {
-	n := int(b.o.rateFor.Seconds() * float64(b.o.rate))
-	accepted := make([]time.Time, n)
-	ids := make([]string, n)
-	ds := make([]gitea.Delivery, n)
-	ns := make([]int, n)
-	for i := range ds {
-		if ds[i], ns[i], err = delivery(); err != nil {
-			return nil, nil, err
-		}
-	}
+// rateN is the number of webhooks of the pickup phase.
+func (b *bench) rateN() int { return int(b.o.rateFor.Seconds() * float64(b.o.rate)) }
+
+// sent is what the load driver knows of one webhook it sent.
+type sent struct {
+	id       string
+	sent     time.Time // just before the request
+	accepted time.Time // when the 202 was read
+}
+
+// sendPaced sends ds at rate per second and returns what it sent, in
+// order.
+func (b *bench) sendPaced(ctx context.Context, ds []gitea.Delivery, ns []int, rate int) ([]sent, error) {
+	out := make([]sent, len(ds))
 	var serr atomic.Pointer[error]
-	b.paced(func(i int) {
+	paced(len(ds), rate, func(i int) {
+		t0 := time.Now()
 		id, err := b.send(ctx, ds[i], ns[i])
-		accepted[i] = time.Now()
-		ids[i] = id
+		out[i] = sent{id: id, sent: t0, accepted: time.Now()}
 		if err != nil {
 			serr.Store(&err)
 		}
 	})
 	if p := serr.Load(); p != nil {
-		return nil, nil, *p
+		return nil, *p
 	}
+	return out, nil
+}
+
+// waitStarts waits until the agent of every job in ss has started and
+// returns the agents' start stamps.
+func (b *bench) waitStarts(ctx context.Context, ss []sent) (map[string]time.Time, error) {
 	var starts map[string]time.Time
-	if err := waitFor(ctx, b.procs["runner"], 2*time.Minute, func() error {
-		starts, err = readStarts(b.records)
-		if err != nil {
+	err := waitFor(ctx, b.procs["runner"], 5*time.Minute, func() error {
+		var err error
+		if starts, err = readStarts(b.records); err != nil {
 			return err
 		}
-		for _, id := range ids {
-			if _, ok := starts[id]; !ok {
-				return fmt.Errorf("%d of %d agents started", len(starts), n)
+		left := 0
+		for _, s := range ss {
+			if _, ok := starts[s.id]; !ok {
+				left++
 			}
 		}
+		if left > 0 {
+			return fmt.Errorf("%d of %d agents not started", left, len(ss))
+		}
 		return nil
-	}); err != nil {
-		return nil, nil, err
+	})
+	return starts, err
+}
+
+// pickup sends new-task webhooks at b.o.rate for b.o.rateFor and returns,
+// per job, accepted -> running (the status record's started_at) and
+// accepted -> agent started, and how many jobs were accepted but not yet
+// started when the last webhook was answered: a runner that keeps up
+// has no more of those than it has slots.
+func (b *bench) pickup(ctx context.Context) (pickup, dispatch stats.Sample, behind int, err error) {
+	ds, ns, err := newTaskDeliveries("burst", b.rateN())
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ss, err := b.sendPaced(ctx, ds, ns, b.o.rate)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	var last time.Time
+	for _, s := range ss {
+		if s.accepted.After(last) {
+			last = s.accepted
+		}
+	}
+	starts, err := b.waitStarts(ctx, ss)
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	kv, err := b.js.KeyValue(ctx, proto.BucketJobs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	for i, id := range ids {
-		e, err := kv.Get(ctx, id)
+	for _, s := range ss {
+		e, err := kv.Get(ctx, s.id)
 		if err != nil {
-			return nil, nil, fmt.Errorf("status of %s: %w", id, err)
+			return nil, nil, 0, fmt.Errorf("status of %s: %w", s.id, err)
 		}
 		st, err := proto.DecodeStatus(e.Value())
 		if err != nil {
+			return nil, nil, 0, err
+		}
+		pickup = append(pickup, st.StartedAt.Sub(s.accepted))
+		dispatch = append(dispatch, starts[s.id].Sub(s.accepted))
+		if starts[s.id].After(last) {
+			behind++
+		}
+	}
+	return pickup, dispatch, behind, nil
+}
+
+// dispatch sends ds one at a time at b.o.dispatchRate and returns, per
+// job, webhook sent -> agent started.
+func (b *bench) dispatch(ctx context.Context, ds []gitea.Delivery, ns []int) (stats.Sample, error) {
+	ss, err := b.sendPaced(ctx, ds, ns, b.o.dispatchRate)
+	if err != nil {
+		return nil, err
+	}
+	starts, err := b.waitStarts(ctx, ss)
+	if err != nil {
+		return nil, err
+	}
+	var lat stats.Sample
+	for _, s := range ss {
+		lat = append(lat, starts[s.id].Sub(s.sent))
+	}
+	return lat, nil
+}
+
+// newTaskDeliveries makes n deliveries of n new tasks, each a pull request
+// from its own agent branch agent/<prefix>-<i> (task <prefix>-<i>), so
+// that each job's runner makes a new worktree; again(prefix) makes more
+// jobs for the same tasks.
+func newTaskDeliveries(prefix string, n int) ([]gitea.Delivery, []int, error) {
+	ds := make([]gitea.Delivery, n)
+	ns := make([]int, n)
+	for i := range n {
+		ns[i] = int(seq.Add(1))
+		var err error
+		ds[i], err = gitea.New(gitea.PR{Number: 100_000 + ns[i], Branch: fmt.Sprintf("agent/%s-%d", prefix, i), Seq: ns[i]})
+		if err != nil {
 			return nil, nil, err
 		}
-		pickup = append(pickup, st.StartedAt.Sub(accepted[i]))
-		dispatch = append(dispatch, starts[id].Sub(accepted[i]))
 	}
-	return pickup, dispatch, nil
+	return ds, ns, nil
 }
 
 // readStarts reads the agent's record: the first start of each job.

@@ -12,8 +12,6 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// --- GET /queue ---
-
 func (b *bench) queueLatency(ctx context.Context) (stats.Sample, error) {
 	var lat stats.Sample
 	for range b.o.queueGets {
@@ -35,7 +33,7 @@ func (b *bench) fillQueue(ctx context.Context) error {
 		var msgs []*nats.Msg
 		for i := off; i < min(off+batch, b.o.queueN); i++ {
 			id := "deep-" + strconv.Itoa(i)
-			m, st, err := jobMsg(id, i)
+			m, st, err := jobMsg(id, "t-"+strconv.Itoa(i%tasks))
 			if err != nil {
 				return err
 			}

@@ -19,5 +19,11 @@ func Setup(dir string) (string, error) {
 	if err := testkit.Repo(repo); err != nil {
 		return "", err
 	}
-	return testkit.Registry(dir, repo, "    agent_user: orch-bot\n    trusted_actors: [alice]\n")
+	return Registry(dir, repo)
+}
+
+// Registry writes, under dir, a registry (projects.yaml) serving the
+// project from cloneURL, and returns its path.
+func Registry(dir, cloneURL string) (string, error) {
+	return testkit.Registry(dir, cloneURL, "    agent_user: orch-bot\n    trusted_actors: [alice]\n")
 }

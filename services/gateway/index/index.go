@@ -42,6 +42,9 @@ type Recent struct {
 	Runner    string      `json:"runner,omitempty"`
 	CostUSD   float64     `json:"cost_usd,omitempty"`
 	CreatedAt time.Time   `json:"created_at,omitzero"`
+	// written is when the bucket stored this version of the record: the
+	// bucket expires it TTL later.
+	written time.Time
 }
 
 type taskKey struct{ project, task string }
@@ -65,25 +68,46 @@ func (ix *Index) Watch(ctx context.Context, kv jetstream.KeyValue, log *zap.Logg
 	}
 }
 
+// watchOnce reads the whole bucket and then follows it until the watch
+// breaks or ctx ends. A watch started again (after a NATS outage) drops
+// the records the bucket no longer holds: deletes and expiries that
+// happened while nobody watched. Records the bucket expires while watched
+// leave no trace in the watch, so they are swept by their age.
 func (ix *Index) watchOnce(ctx context.Context, kv jetstream.KeyValue, log *zap.Logger) error {
+	var ttl time.Duration
+	if st, err := kv.Status(ctx); err == nil {
+		ttl = st.TTL()
+	}
 	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
+	seen := map[string]struct{}{} // keys of the initial values; nil after them
+	sweep := time.NewTicker(sweepEvery(ttl))
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-sweep.C:
+			if ttl > 0 {
+				ix.expire(time.Now().Add(-ttl))
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return nil
 			}
 			if e == nil { // the initial values have been delivered
+				ix.keepOnly(seen)
+				seen = nil
 				ix.mu.Lock()
 				ix.synced = true
 				ix.mu.Unlock()
 				continue
+			}
+			if seen != nil {
+				seen[e.Key()] = struct{}{}
 			}
 			if e.Operation() != jetstream.KeyValuePut {
 				ix.remove(e.Key())
@@ -94,17 +118,71 @@ func (ix *Index) watchOnce(ctx context.Context, kv jetstream.KeyValue, log *zap.
 				log.Warn("undecodable status record", zap.String("job", e.Key()), zap.Error(err))
 				continue
 			}
-			ix.Put(st)
+			ix.put(st, e.Created())
 		}
 	}
 }
 
+// sweepEvery is how often records past ttl are looked for: often enough
+// that GET /queue agrees with the bucket within a second of an expiry for
+// short TTLs, rarely for the default of days.
+func sweepEvery(ttl time.Duration) time.Duration {
+	return min(max(ttl/100, 500*time.Millisecond), time.Minute)
+}
+
+// keepOnly removes every record whose key is not in keys.
+func (ix *Index) keepOnly(keys map[string]struct{}) {
+	ix.mu.RLock()
+	var gone []string
+	for id := range ix.byID {
+		if _, ok := keys[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	ix.mu.RUnlock()
+	for _, id := range gone {
+		ix.remove(id)
+	}
+}
+
+// expire removes the records written before cutoff: the bucket has
+// expired them. The recent list is in order of change, so they are at its
+// back.
+func (ix *Index) expire(cutoff time.Time) {
+	for {
+		ix.mu.RLock()
+		el := ix.recent.Back()
+		var id string
+		if el != nil {
+			if r := el.Value.(*Recent); !r.written.IsZero() && r.written.Before(cutoff) {
+				id = r.ID
+			}
+		}
+		ix.mu.RUnlock()
+		if id == "" {
+			return
+		}
+		ix.remove(id)
+	}
+}
+
+// Has reports whether the index holds a record of job id.
+func (ix *Index) Has(id string) bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	_, ok := ix.byID[id]
+	return ok
+}
+
 // Put records st as the job's current state.
-func (ix *Index) Put(st *proto.Status) {
+func (ix *Index) Put(st *proto.Status) { ix.put(st, time.Time{}) }
+
+// put records st, which the bucket stored at written (zero: unknown).
+func (ix *Index) put(st *proto.Status, written time.Time) {
 	r := &Recent{
 		ID: st.Job.ID, Kind: st.Job.Kind, Project: st.Job.Project, Task: st.Job.Task.ID,
 		State: st.State, Attempt: st.Attempt, UpdatedAt: st.UpdatedAt,
-		Runner: st.Runner, CostUSD: st.CostUSD, CreatedAt: st.Job.CreatedAt,
+		Runner: st.Runner, CostUSD: st.CostUSD, CreatedAt: st.Job.CreatedAt, written: written,
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()

@@ -45,9 +45,11 @@ const (
 // has not read the bucket yet.
 var ErrUnavailable = errors.New("jetstream unavailable")
 
-// Tasks finds the open jobs of a task (the gateway's index.Index).
+// Tasks finds the open jobs of a task and the jobs the status bucket
+// holds (the gateway's index.Index, a KV-watched copy of the bucket).
 type Tasks interface {
 	OpenJobs(project, task string) []string
+	Has(id string) bool
 	Synced() bool
 }
 
@@ -100,15 +102,21 @@ type Result struct {
 
 // Enqueue publishes job unless it is already known, and records it as
 // queued. It returns only once JetStream holds the job.
+//
+// A job is known when the status bucket holds its record, which is only
+// ever created after JetStream acked the job: the record is the proof of
+// the publish that survives a JetStream restart. The bucket is read
+// through the index, a watched copy of it, which costs no round trip; a
+// record the index has not caught up with yet (milliseconds old) belongs
+// to a publish that JetStream's duplicate window still remembers, so the
+// publish below is dropped as a duplicate and the record is found there.
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	c, err := q.ready()
 	if err != nil {
 		return Result{}, err
 	}
-	if _, _, err := c.status.Get(ctx, job.ID); err == nil {
+	if q.tasks.Has(job.ID) {
 		return Result{Duplicate: true}, nil
-	} else if !errors.Is(err, status.ErrNotFound) {
-		return Result{}, err
 	}
 	data, err := json.Marshal(job)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Want is what a job asks of its task's worktree.
@@ -24,6 +25,10 @@ type Want struct {
 	// a fork), the pull request's head is fetched from Gitea's
 	// refs/pull/<PR>/head instead.
 	PR int
+	// Since is when the job's event happened: a fetch of the clone that
+	// started later has seen the remote the job is about. Zero asks for a
+	// fetch that starts now.
+	Since time.Time
 }
 
 // Checkout is a task's worktree as its job finds it.
@@ -71,9 +76,10 @@ type Checkout struct {
 // so (see bringToHead).
 //
 // Concurrent calls for one project share fetches: each call waits for a
-// fetch that started after it was made, joining one another call started
-// rather than running its own (see fetcher), so the remote's state when
-// Prepare was called is always seen.
+// fetch that started after want.Since (or after the call), joining one
+// another call started rather than running its own, and needs none when
+// one already did (see fetcher), so the remote's state at want.Since is
+// always seen.
 func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout, error) {
 	dir, err := w.WorktreeDir(repo.Project, want.Task)
 	if err != nil {
@@ -85,14 +91,18 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	}
 	rs := w.repo(repo.Project)
 	rs.mu.Lock()
-	err = w.ensureClone(ctx, gitDir, repo.CloneURL)
+	if _, serr := os.Stat(filepath.Join(gitDir, "HEAD")); rs.url != repo.CloneURL || serr != nil {
+		if err = w.ensureClone(ctx, gitDir, repo.CloneURL); err == nil {
+			rs.url = repo.CloneURL
+		}
+	}
 	rs.mu.Unlock()
 	if err != nil {
 		return Checkout{}, err
 	}
 	// Not under rs.mu while waiting: the fetch takes it only while git
 	// runs, so worktree work of other jobs goes on in between.
-	err = rs.fetches.fetch(ctx, func(ctx context.Context) error {
+	err = rs.fetches.fetch(ctx, want.Since, func(ctx context.Context) error {
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
 		_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
@@ -180,8 +190,8 @@ func holder(ctx context.Context, gitDir, branch, dir string) string {
 		}
 		fi, err := os.Stat(path)
 		if err != nil || (mine != nil && os.SameFile(fi, mine)) {
-			// Its own, or a record of a directory gone, which the
-			// prune before "worktree add" drops.
+			// Its own, or a record of a directory gone, which a
+			// prune drops when "worktree add" trips over it.
 			return ""
 		}
 		return path
@@ -207,16 +217,36 @@ func (w Want) branch(ctx context.Context, gitDir string) string {
 // start point if it does not exist yet.
 func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) error {
 	// A directory that is not a working worktree is what a crash during
-	// "worktree add" leaves: start it again.
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("removing broken worktree: %w", err)
-	}
-	if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
-		return err
+	// "worktree add" leaves: start it again. Its record goes with a
+	// prune, which reads every worktree's record, so it runs only when
+	// there is something to prune: a leftover directory, or a record
+	// that makes "worktree add" fail.
+	if _, err := os.Stat(dir); err == nil {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing broken worktree: %w", err)
+		}
+		if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("creating worktree parent: %w", err)
 	}
+	err := w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+	if err != nil {
+		if _, perr := git(ctx, gitDir, "worktree", "prune"); perr == nil {
+			err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("adding worktree for %s: %w", want.Task, err)
+	}
+	return nil
+}
+
+// worktreeAdd runs "worktree add" of dir on branch, made from its start
+// point if it does not exist yet.
+func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) error {
 	var err error
 	if refExists(ctx, gitDir, "refs/heads/"+branch) {
 		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", dir, branch)
@@ -233,10 +263,7 @@ func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Re
 		}
 		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", "--no-track", "-b", branch, dir, start)
 	}
-	if err != nil {
-		return fmt.Errorf("adding worktree for %s: %w", want.Task, err)
-	}
-	return nil
+	return err
 }
 
 // currentBranch is the branch checked out in dir, empty when its HEAD is

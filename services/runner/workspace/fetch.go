@@ -3,18 +3,21 @@ package workspace
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // fetcher coalesces the fetches of one project's clone.
 //
-// A job must see the remote as it was when the job began, so it cannot
-// simply join a fetch that is already running: that fetch may have read
-// the remote's refs before the job's commit was pushed. Instead, a job that
-// finds a fetch running waits for the next one, which starts when the
-// running one ends and serves every job that asked in the meantime. So
-// under load there are at most two fetches in the air per project (one
-// running, one pending), however many jobs ask, and each job's fetch
-// started after the job asked.
+// A job must see the remote as it was when the job's event happened (its
+// since), so it cannot simply join a fetch that is already running: that
+// fetch may have read the remote's refs before the job's commit was
+// pushed. A fetch that succeeded and started after since is enough,
+// though: a job that waited in the queue while other jobs fetched needs no
+// fetch of its own. Otherwise a job that finds a fetch running waits for
+// the next one, which starts when the running one ends and serves every
+// job that asked in the meantime. So under load there are at most two
+// fetches in the air per project (one running, one pending), however many
+// jobs ask, and each job's fetch started after its since.
 type fetcher struct {
 	mu sync.Mutex
 	// running is the fetch in progress, nil when none is.
@@ -23,22 +26,32 @@ type fetcher struct {
 	// waits for one. Whoever finds running nil with a pending flight
 	// starts that flight, so the jobs already waiting for it are served.
 	pending *flight
+	// last is when the latest successful fetch started.
+	last time.Time
 }
 
 // flight is one fetch; done closes when it has ended with err.
 type flight struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	err     error
+	started time.Time
 	// abandoned: the fetch was cut short because the context of the job
 	// running it ended. It says nothing about the remote, so the other
 	// jobs that joined it ask again.
 	abandoned bool
 }
 
-// fetch returns the result of a call of do that started after fetch was
-// called, running do itself or joining a call another goroutine started.
+// fetch returns the result of a call of do that started after since,
+// running do itself or joining a call another goroutine started, or nil
+// at once when a successful one did. A zero since is the time of the call.
 // do runs under the context of the caller that runs it.
-func (f *fetcher) fetch(ctx context.Context, do func(context.Context) error) error {
+func (f *fetcher) fetch(ctx context.Context, since time.Time, do func(context.Context) error) error {
+	f.mu.Lock()
+	fresh := !since.IsZero() && f.last.After(since)
+	f.mu.Unlock()
+	if fresh {
+		return nil
+	}
 	for {
 		fl, lead := f.join()
 		if lead {
@@ -113,9 +126,13 @@ func (f *fetcher) promote(fl *flight) bool {
 // run runs do for fl, which the caller has made the running flight, and
 // publishes its result.
 func (f *fetcher) run(ctx context.Context, fl *flight, do func(context.Context) error) error {
+	fl.started = time.Now()
 	err := do(ctx)
 	f.mu.Lock()
 	fl.err, fl.abandoned = err, err != nil && ctx.Err() != nil
+	if err == nil && fl.started.After(f.last) {
+		f.last = fl.started
+	}
 	f.running = nil
 	f.mu.Unlock()
 	close(fl.done)

@@ -30,7 +30,7 @@ func TestFetcherWaitsForAFetchStartedAfterAsking(t *testing.T) {
 	}
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = f.fetch(ctx, do) })
+	wg.Go(func() { _ = f.fetch(ctx, time.Time{}, do) })
 	if n := <-begun; n != 0 {
 		t.Fatalf("fetch %d began first", n)
 	}
@@ -40,7 +40,7 @@ func TestFetcherWaitsForAFetchStartedAfterAsking(t *testing.T) {
 	results := make(chan int, waiters)
 	for range waiters {
 		wg.Go(func() {
-			if err := f.fetch(ctx, do); err != nil {
+			if err := f.fetch(ctx, time.Time{}, do); err != nil {
 				t.Error(err)
 			}
 			mu.Lock()
@@ -81,7 +81,9 @@ func TestFetcherAbandonedFetchIsRetried(t *testing.T) {
 	release := make(chan struct{})
 	var calls sync.WaitGroup
 	// Fetch 0 runs while two callers form the pending flight.
-	calls.Go(func() { _ = f.fetch(context.Background(), func(context.Context) error { <-release; return nil }) })
+	calls.Go(func() {
+		_ = f.fetch(context.Background(), time.Time{}, func(context.Context) error { <-release; return nil })
+	})
 	waitUntil(t, &f, func() bool { return f.running != nil })
 
 	// Whichever of the two runs the pending fetch is cancelled in it; the
@@ -97,7 +99,7 @@ func TestFetcherAbandonedFetchIsRetried(t *testing.T) {
 		ctxs[i], cancels[i] = context.WithCancel(context.Background())
 		defer cancels[i]()
 		calls.Go(func() {
-			errs[i] = f.fetch(ctxs[i], func(ctx context.Context) error {
+			errs[i] = f.fetch(ctxs[i], time.Time{}, func(ctx context.Context) error {
 				mu.Lock()
 				fetches++
 				first := leader == -1
@@ -146,5 +148,45 @@ func waitUntil(t *testing.T, f *fetcher, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A job whose event came before a fetch that succeeded needs no fetch of
+// its own; one whose event came after it, or after a failed one, does.
+func TestFetchSkippedOnlyAfterAFetchThatStartedLater(t *testing.T) {
+	var (
+		f     fetcher
+		calls int
+		fail  bool
+	)
+	do := func(context.Context) error {
+		calls++
+		if fail {
+			return errors.New("remote away")
+		}
+		return nil
+	}
+	ctx := context.Background()
+	event := time.Now().Add(-time.Millisecond) // an event a moment ago
+	if err := f.fetch(ctx, event, do); err != nil || calls != 1 {
+		t.Fatalf("first fetch: err %v, %d calls, want nil, 1", err, calls)
+	}
+	if err := f.fetch(ctx, event, do); err != nil || calls != 1 {
+		t.Errorf("job of an event before the last fetch: err %v, %d calls, want nil and no fetch", err, calls)
+	}
+	if err := f.fetch(ctx, time.Now(), do); err != nil || calls != 2 {
+		t.Errorf("job of an event after the last fetch: err %v, %d calls, want a fetch", err, calls)
+	}
+	if err := f.fetch(ctx, time.Time{}, do); err != nil || calls != 3 {
+		t.Errorf("job with no event time: err %v, %d calls, want a fetch", err, calls)
+	}
+	fail = true
+	later := time.Now()
+	if err := f.fetch(ctx, later, do); err == nil {
+		t.Error("failed fetch reported no error")
+	}
+	fail = false
+	if err := f.fetch(ctx, later, do); err != nil || calls != 5 {
+		t.Errorf("after a failed fetch: err %v, %d calls, want a new fetch", err, calls)
 	}
 }

@@ -45,7 +45,20 @@ var shaPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 // when branch is not on origin.
 func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead string) (Checkout, error) {
 	co := Checkout{Dir: dir, Branch: branch}
-	remote := resolve(ctx, dir, "refs/remotes/origin/"+branch)
+	// Every commit the rest needs to know at the start, in one git
+	// process rather than one each.
+	revs := []string{"refs/remotes/origin/" + branch, "HEAD", baseRef}
+	if want.HeadBranch != "" && want.HeadBranch != branch {
+		revs = append(revs, "refs/remotes/origin/"+want.HeadBranch)
+	}
+	if shaPattern.MatchString(want.HeadSHA) {
+		revs = append(revs, want.HeadSHA+"^{commit}")
+	}
+	known, err := resolveAll(ctx, dir, revs...)
+	if err != nil {
+		return co, err
+	}
+	remote := known["refs/remotes/origin/"+branch]
 	switch {
 	case remote != "":
 		co.Upstream = "origin/" + branch
@@ -54,12 +67,12 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 	case want.HeadBranch != "" && want.HeadBranch != branch:
 		// An agent branch spelt otherwise on the remote (agent/WID-41
 		// for task wid-41) is followed too.
-		remote = resolve(ctx, dir, "refs/remotes/origin/"+want.HeadBranch)
+		remote = known["refs/remotes/origin/"+want.HeadBranch]
 	}
 	var event string
 	if want.HeadSHA != "" {
 		if shaPattern.MatchString(want.HeadSHA) {
-			event = resolve(ctx, dir, want.HeadSHA+"^{commit}")
+			event = known[want.HeadSHA+"^{commit}"]
 		}
 		if event == "" {
 			co.Notes = append(co.Notes, fmt.Sprintf("The event that made this job names head `%s`, which the remote does not have (any more).", want.HeadSHA))
@@ -70,7 +83,7 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 		co.Notes = append(co.Notes, fmt.Sprintf("The remote's head moved on since the event that made this job (`%s`): the job is for the newer `%s`.", short(event), short(co.Target)))
 	}
 
-	st, err := inspect(ctx, dir, co.Target)
+	st, err := inspect(ctx, dir, co.Target, known)
 	if err != nil {
 		return co, err
 	}
@@ -78,7 +91,7 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 		if moved, why := switchBranch(ctx, dir, branch, co.Target, st); !moved {
 			co.Branch, co.Upstream = cmp.Or(cur, "(detached HEAD)"), ""
 			co.Notes = append(co.Notes, fmt.Sprintf("The worktree is on `%s`, not on `%s`: %s", co.Branch, branch, why))
-		} else if st, err = inspect(ctx, dir, co.Target); err != nil {
+		} else if st, err = inspect(ctx, dir, co.Target, nil); err != nil {
 			return co, err
 		}
 	}
@@ -88,7 +101,7 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 		// an uncommitted change.
 		if _, err := git(ctx, dir, "reset", "--quiet", "--keep", co.Target, "--"); err != nil {
 			co.Notes = append(co.Notes, fmt.Sprintf("Uncommitted changes are in the way of `%s`, so the worktree stayed at `%s` (%s).", short(co.Target), short(st.head), lastLine(err)))
-		} else if st, err = inspect(ctx, dir, co.Target); err != nil {
+		} else if st, err = inspect(ctx, dir, co.Target, nil); err != nil {
 			return co, err
 		}
 	}
@@ -128,13 +141,18 @@ type state struct {
 	dirty    []string
 }
 
-func inspect(ctx context.Context, dir, target string) (state, error) {
+// inspect reads the worktree's state; known, when not nil, holds HEAD and
+// baseRef resolved already.
+func inspect(ctx context.Context, dir, target string, known map[string]string) (state, error) {
 	var st state
-	if st.head = resolve(ctx, dir, "HEAD"); st.head == "" {
+	if known == nil {
+		known = map[string]string{"HEAD": resolve(ctx, dir, "HEAD"), baseRef: resolve(ctx, dir, baseRef)}
+	}
+	if st.head = known["HEAD"]; st.head == "" {
 		return st, fmt.Errorf("worktree %s has no HEAD", dir)
 	}
 	args := []string{"rev-list", "--count", "HEAD", "--not", "--remotes=origin"}
-	for _, r := range []string{target, resolve(ctx, dir, baseRef)} {
+	for _, r := range []string{target, known[baseRef]} {
 		if r != "" {
 			args = append(args, r)
 		}
@@ -214,6 +232,29 @@ func resolve(ctx context.Context, dir, rev string) string {
 		return ""
 	}
 	return strings.TrimSpace(out)
+}
+
+// resolveAll resolves each of revs in one git process (cat-file
+// --batch-check), mapping it to its object id, or to "" where it names
+// nothing.
+func resolveAll(ctx context.Context, dir string, revs ...string) (map[string]string, error) {
+	out, err := gitInput(ctx, dir, strings.Join(revs, "\n")+"\n", "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != len(revs) {
+		return nil, fmt.Errorf("git cat-file answered %d lines for %d revisions", len(lines), len(revs))
+	}
+	known := make(map[string]string, len(revs))
+	for i, l := range lines {
+		if shaPattern.MatchString(l) {
+			known[revs[i]] = l
+		} else {
+			known[revs[i]] = "" // "<rev> missing" or "<rev> ambiguous"
+		}
+	}
+	return known, nil
 }
 
 func short(sha string) string {

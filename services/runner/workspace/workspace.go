@@ -50,6 +50,9 @@ type repoState struct {
 	mu sync.Mutex
 	// fetches coalesces the fetches of concurrent jobs.
 	fetches fetcher
+	// url is the clone_url the clone was made or last set to by this
+	// process: the clone is looked at again only when it changes.
+	url string
 }
 
 // Repo says where a project's code comes from.
@@ -313,8 +316,16 @@ func refExists(ctx context.Context, gitDir, ref string) bool {
 // git runs git in dir and returns its standard output; its error carries
 // the standard error.
 func git(ctx context.Context, dir string, args ...string) (string, error) {
+	return gitInput(ctx, dir, "", args...)
+}
+
+// gitInput runs git in dir with stdin as its standard input.
+func gitInput(ctx context.Context, dir, stdin string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	// Never wait for a password on a terminal nobody watches.
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true", "GCM_INTERACTIVE=never")
 	var stdout, stderr bytes.Buffer

@@ -87,7 +87,8 @@ func Token(s string) string {
 		return "_"
 	}
 	if len(t) > 64 {
-		t = t[:64]
+		// Cut, then trim again: the cut may end on a dash.
+		t = strings.TrimRight(t[:64], "-")
 	}
 	return t
 }

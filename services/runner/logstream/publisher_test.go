@@ -129,15 +129,24 @@ func touch(t *testing.T, path string) {
 	}
 }
 
-// benchAgent prints lines as fast as it can, one write per line, as an
-// agent streaming its progress does.
-const benchAgent = `awk 'BEGIN { for (i = 0; i < 300000; i++) { print "line " i ": the agent reports what it does, as fast as it can print it"; fflush() } }'`
+// The bench agents print 300,000 lines as fast as they can: one with a
+// write per line, as an agent streaming its progress line by line does;
+// one with its output buffered, as most programs print to a file or pipe.
+const (
+	benchAgentLines    = `awk 'BEGIN { for (i = 0; i < 300000; i++) { print "line " i ": the agent reports what it does, as fast as it can print it"; fflush() } }'`
+	benchAgentBuffered = `awk 'BEGIN { for (i = 0; i < 300000; i++) { print "line " i ": the agent reports what it does, as fast as it can print it" } }'`
+)
 
 // BenchmarkAgentOutput runs the same agent with its output to /dev/null
 // and through orch (log file, publisher, JetStream), and reports how much
 // longer the agent took through orch: slowdown-% (target: at most 10),
 // and over-file-%, against the agent writing a plain log file.
 func BenchmarkAgentOutput(b *testing.B) {
+	b.Run("write-per-line", func(b *testing.B) { benchAgentOutput(b, benchAgentLines) })
+	b.Run("buffered", func(b *testing.B) { benchAgentOutput(b, benchAgentBuffered) })
+}
+
+func benchAgentOutput(b *testing.B, benchAgent string) {
 	srv := natstest.Server(b)
 	nc, js, _ := natstest.Connect(b, srv)
 	dir := b.TempDir()

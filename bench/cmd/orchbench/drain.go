@@ -87,41 +87,8 @@ func (b *bench) rawDrain(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The same shape as the runner: a serial handler that hands each
-	// message to one of concurrency workers, which acks it and waits for
-	// the server to confirm.
-	var (
-		done  atomic.Int64
-		wg    sync.WaitGroup
-		slots = make(chan struct{}, b.o.concurrency)
-		first sync.Once
-		start time.Time
-	)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		first.Do(func() { start = time.Now() })
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			if err := m.DoubleAck(ctx); err == nil {
-				done.Add(1)
-			}
-		})
-	}, jetstream.PullMaxMessages(b.o.concurrency))
-	if err != nil {
-		return 0, err
-	}
-	var took time.Duration
-	err = waitFor(ctx, nil, 5*time.Minute, func() error {
-		if n := done.Load(); n < int64(b.o.drainN) {
-			return fmt.Errorf("%d of %d acked", n, b.o.drainN)
-		}
-		took = time.Since(start)
-		return nil
-	})
-	cc.Stop()
-	<-cc.Closed()
-	wg.Wait()
-	return float64(b.o.drainN) / took.Seconds(), err
+	// Each worker acks its message and waits for the server to confirm.
+	return b.drainTimed(ctx, cons, 5*time.Minute, func(m jetstream.Msg) error { return m.DoubleAck(ctx) })
 }
 
 // rawWorkDrain does the least work of draining drainN new-task jobs by
@@ -151,6 +118,26 @@ func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
+	return b.drainTimed(ctx, cons, 10*time.Minute, func(m jetstream.Msg) error {
+		var job proto.Job
+		if err := json.Unmarshal(m.Data(), &job); err != nil {
+			return err
+		}
+		if err := raw.addWorktree(ctx, job.Task.ID); err != nil {
+			return err
+		}
+		if err := raw.spawn(ctx, job.Task.ID, job.ID); err != nil {
+			return err
+		}
+		return m.DoubleAck(ctx)
+	})
+}
+
+// drainTimed consumes drainN messages from cons in the runner's shape: a
+// serial handler that hands each message to one of concurrency workers,
+// which runs work on it. It returns messages per second from the first
+// delivery to the last work done; the first error of work ends it.
+func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, timeout time.Duration, work func(jetstream.Msg) error) (float64, error) {
 	var (
 		done  atomic.Int64
 		wg    sync.WaitGroup
@@ -164,18 +151,7 @@ func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) 
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			var job proto.Job
-			err := json.Unmarshal(m.Data(), &job)
-			if err == nil {
-				err = raw.addWorktree(ctx, job.Task.ID)
-			}
-			if err == nil {
-				err = raw.spawn(ctx, job.Task.ID, job.ID)
-			}
-			if err == nil {
-				err = m.DoubleAck(ctx)
-			}
-			if err != nil {
+			if err := work(m); err != nil {
 				werr.CompareAndSwap(nil, &err)
 				return
 			}
@@ -186,7 +162,7 @@ func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) 
 		return 0, err
 	}
 	var took time.Duration
-	err = waitFor(ctx, nil, 10*time.Minute, func() error {
+	err = waitFor(ctx, nil, timeout, func() error {
 		if p := werr.Load(); p != nil {
 			return fatal{*p}
 		}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,10 +176,25 @@ func (l *taskLock) refresh(ctx context.Context) error {
 		return nil
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return errLockLost
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		return fmt.Errorf("refreshing task lock: %w", err)
 	}
-	return fmt.Errorf("refreshing task lock: %w", err)
+	// The revision moved. An earlier refresh whose answer was lost (it
+	// timed out here but JetStream stored it) moves it too, and leaves
+	// this holder's own value: the lock is still held, at that revision.
+	// This beat is not confirmed all the same: the lease must run from a
+	// refresh stamped after the beat was sent, and the next beat's refresh
+	// is. Any other value means a waiter took the lock over.
+	e, gerr := l.kv.Get(ctx, l.key)
+	switch {
+	case gerr == nil && bytes.Equal(e.Value(), l.value):
+		l.rev = e.Revision()
+		return fmt.Errorf("refreshing task lock: the answer to an earlier refresh was lost (now at revision %d)", l.rev)
+	case gerr == nil, errors.Is(gerr, jetstream.ErrKeyNotFound), errors.Is(gerr, jetstream.ErrKeyDeleted):
+		return errLockLost
+	default:
+		return fmt.Errorf("reading task lock after a lost refresh: %w", gerr)
+	}
 }
 
 // release deletes the lock if it is still this holder's.

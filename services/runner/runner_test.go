@@ -73,7 +73,6 @@ func TestConcurrencyAcrossRunners(t *testing.T) {
 	for _, name := range []string{"r1", "r2"} {
 		cfg := e.config(name, agentCmd)
 		cfg.MaxConcurrency = 3
-		cfg.AckWait = 2 * time.Second
 		e.start(cfg)
 	}
 	var ids []string

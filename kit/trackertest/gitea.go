@@ -154,16 +154,7 @@ func (g *Gitea) wrap(route string, h func(http.ResponseWriter, *http.Request)) h
 			writeJSON(w, http.StatusUnauthorized, giteaMsg("invalid username, password or token"))
 			return
 		}
-		if ft != nil && !ft.After {
-			writeFault(w, ft, giteaMsg)
-			return
-		}
-		if ft != nil {
-			h(&recorder{header: http.Header{}}, r)
-			writeFault(w, ft, giteaMsg)
-			return
-		}
-		h(w, r)
+		answer(w, r, ft, h, giteaMsg)
 	}
 }
 
@@ -174,12 +165,21 @@ func (g *Gitea) pr(r *http.Request) (repo string, index int, sha string, ok bool
 	return repo, index, sha, ok
 }
 
-func (g *Gitea) getPull(w http.ResponseWriter, r *http.Request) {
+// openPR looks up the pull request r names; where there is none it
+// answers 404, as Gitea does to a get of it.
+func (g *Gitea) openPR(w http.ResponseWriter, r *http.Request) (repo string, index int, sha string, ok bool) {
 	g.mu.Lock()
-	_, index, sha, ok := g.pr(r)
+	repo, index, sha, ok = g.pr(r)
 	g.mu.Unlock()
 	if !ok {
 		writeJSON(w, http.StatusNotFound, giteaNotFound())
+	}
+	return repo, index, sha, ok
+}
+
+func (g *Gitea) getPull(w http.ResponseWriter, r *http.Request) {
+	_, index, sha, ok := g.openPR(w, r)
+	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -191,11 +191,8 @@ func (g *Gitea) getPull(w http.ResponseWriter, r *http.Request) {
 // getIssue answers for a pull request's issue, as Gitea does: every pull
 // request is an issue with the same number.
 func (g *Gitea) getIssue(w http.ResponseWriter, r *http.Request) {
-	g.mu.Lock()
-	repo, index, _, ok := g.pr(r)
-	g.mu.Unlock()
+	repo, index, _, ok := g.openPR(w, r)
 	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaNotFound())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
@@ -230,12 +227,22 @@ func (g *Gitea) listComments(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (g *Gitea) createComment(w http.ResponseWriter, r *http.Request) {
-	var body struct {
+// commentBody reads the body of a comment create or edit; where it has
+// none it answers 422, as Gitea does.
+func commentBody(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var in struct {
 		Body string `json:"body"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Body == "" {
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Body == "" {
 		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[Body]: Required"))
+		return "", false
+	}
+	return in.Body, true
+}
+
+func (g *Gitea) createComment(w http.ResponseWriter, r *http.Request) {
+	body, ok := commentBody(w, r)
+	if !ok {
 		return
 	}
 	g.mu.Lock()
@@ -247,17 +254,14 @@ func (g *Gitea) createComment(w http.ResponseWriter, r *http.Request) {
 	}
 	g.nextID++
 	now := time.Now().UTC()
-	c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body.Body, Bodies: []string{body.Body}, created: now, updated: now}
+	c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body, Bodies: []string{body}, created: now, updated: now}
 	g.comments = append(g.comments, c)
 	writeJSON(w, http.StatusCreated, g.commentJSON(c))
 }
 
 func (g *Gitea) editComment(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Body string `json:"body"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Body == "" {
-		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[Body]: Required"))
+	body, ok := commentBody(w, r)
+	if !ok {
 		return
 	}
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -266,9 +270,9 @@ func (g *Gitea) editComment(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	for _, c := range g.comments {
 		if c.ID == id && c.Repo == repo {
-			if body.Body != c.Body { // Gitea leaves an unchanged comment as it is
-				c.Body, c.updated = body.Body, time.Now().UTC()
-				c.Bodies = append(c.Bodies, body.Body)
+			if body != c.Body { // Gitea leaves an unchanged comment as it is
+				c.Body, c.updated = body, time.Now().UTC()
+				c.Bodies = append(c.Bodies, body)
 			}
 			writeJSON(w, http.StatusOK, g.commentJSON(c))
 			return

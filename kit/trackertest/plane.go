@@ -92,16 +92,7 @@ func (p *Plane) wrap(route string, h func(http.ResponseWriter, *http.Request)) h
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Authentication credentials were not provided."})
 			return
 		}
-		if ft != nil && !ft.After {
-			writeFault(w, ft, planeMsg)
-			return
-		}
-		if ft != nil {
-			h(&recorder{header: http.Header{}}, r)
-			writeFault(w, ft, planeMsg)
-			return
-		}
-		h(w, r)
+		answer(w, r, ft, h, planeMsg)
 	}
 }
 
@@ -109,6 +100,17 @@ type planeBody struct {
 	CommentHTML    *string `json:"comment_html"`
 	ExternalSource *string `json:"external_source"`
 	ExternalID     *string `json:"external_id"`
+}
+
+// decodeBody reads a comment create or edit; where it is not JSON it
+// answers 400, as Plane does.
+func decodeBody(w http.ResponseWriter, r *http.Request) (planeBody, bool) {
+	var b planeBody
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		writeJSON(w, http.StatusBadRequest, planeMsg("Invalid JSON"))
+		return b, false
+	}
+	return b, true
 }
 
 func (p *Plane) item(r *http.Request) (ws, project, item string, ok bool) {
@@ -124,9 +126,8 @@ func commentJSON(c *PlaneComment) any {
 }
 
 func (p *Plane) create(w http.ResponseWriter, r *http.Request) {
-	var b planeBody
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-		writeJSON(w, http.StatusBadRequest, planeMsg("Invalid JSON"))
+	b, ok := decodeBody(w, r)
+	if !ok {
 		return
 	}
 	p.mu.Lock()
@@ -162,9 +163,8 @@ func (p *Plane) create(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Plane) edit(w http.ResponseWriter, r *http.Request) {
-	var b planeBody
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-		writeJSON(w, http.StatusBadRequest, planeMsg("Invalid JSON"))
+	b, ok := decodeBody(w, r)
+	if !ok {
 		return
 	}
 	p.mu.Lock()

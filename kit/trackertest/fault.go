@@ -104,6 +104,9 @@ func writeFault(w http.ResponseWriter, ft *Fault, msg func(string) any) {
 	writeJSON(w, ft.Code, msg(http.StatusText(ft.Code)))
 }
 
+// decode reads r's JSON body into v.
+func decode(r *http.Request, v any) error { return json.NewDecoder(r.Body).Decode(v) }
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)

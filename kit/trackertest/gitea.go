@@ -1,7 +1,6 @@
 package trackertest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,8 +59,8 @@ func NewGitea(t testing.TB, token, user string) *Gitea {
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
 		mux.HandleFunc(pattern, g.wrap(pattern[strings.IndexByte(pattern, ' ')+1:], h))
 	}
-	route("GET /api/v1/repos/{owner}/{repo}/pulls/{index}", g.getPull)
-	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}", g.getIssue)
+	route("GET /api/v1/repos/{owner}/{repo}/pulls/{index}", g.getPR(g.pullJSON))
+	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}", g.getPR(g.issueJSON))
 	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}/comments", g.listComments)
 	route("POST /api/v1/repos/{owner}/{repo}/issues/{index}/comments", g.createComment)
 	route("PATCH /api/v1/repos/{owner}/{repo}/issues/comments/{id}", g.editComment)
@@ -165,40 +164,30 @@ func (g *Gitea) pr(r *http.Request) (repo string, index int, sha string, ok bool
 	return repo, index, sha, ok
 }
 
-// openPR looks up the pull request r names; where there is none it
-// answers 404, as Gitea does to a get of it.
-func (g *Gitea) openPR(w http.ResponseWriter, r *http.Request) (repo string, index int, sha string, ok bool) {
-	g.mu.Lock()
-	repo, index, sha, ok = g.pr(r)
-	g.mu.Unlock()
-	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaNotFound())
+// getPR answers a get of a pull request, or of its issue (Gitea has an
+// issue of the same number behind every pull request): 404 for one it
+// does not have, else its number and state with the fields more adds.
+func (g *Gitea) getPR(more func(repo string, index int, sha string) map[string]any) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		repo, index, sha, ok := g.pr(r)
+		g.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusNotFound, giteaNotFound())
+			return
+		}
+		out := more(repo, index, sha)
+		out["number"], out["state"] = index, "open"
+		writeJSON(w, http.StatusOK, out)
 	}
-	return repo, index, sha, ok
 }
 
-func (g *Gitea) getPull(w http.ResponseWriter, r *http.Request) {
-	_, index, sha, ok := g.openPR(w, r)
-	if !ok {
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"number": index, "state": "open",
-		"head": map[string]any{"sha": sha, "ref": "agent/task", "label": "agent/task"},
-	})
+func (g *Gitea) pullJSON(_ string, _ int, sha string) map[string]any {
+	return map[string]any{"head": map[string]any{"sha": sha, "ref": "agent/task", "label": "agent/task"}}
 }
 
-// getIssue answers for a pull request's issue, as Gitea does: every pull
-// request is an issue with the same number.
-func (g *Gitea) getIssue(w http.ResponseWriter, r *http.Request) {
-	repo, index, _, ok := g.openPR(w, r)
-	if !ok {
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"number": index, "state": "open",
-		"pull_request": map[string]any{"merged": false, "html_url": fmt.Sprintf("%s/%s/pulls/%d", g.URL, repo, index)},
-	})
+func (g *Gitea) issueJSON(repo string, index int, _ string) map[string]any {
+	return map[string]any{"pull_request": map[string]any{"merged": false, "html_url": fmt.Sprintf("%s/%s/pulls/%d", g.URL, repo, index)}}
 }
 
 func (g *Gitea) commentJSON(c *GiteaComment) any {
@@ -233,7 +222,7 @@ func commentBody(w http.ResponseWriter, r *http.Request) (string, bool) {
 	var in struct {
 		Body string `json:"body"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Body == "" {
+	if err := decode(r, &in); err != nil || in.Body == "" {
 		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[Body]: Required"))
 		return "", false
 	}
@@ -290,7 +279,7 @@ func (g *Gitea) createStatus(w http.ResponseWriter, r *http.Request) {
 		Description string `json:"description"`
 		Context     string `json:"context"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	if err := decode(r, &body); err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg(err.Error()))
 		return
 	}

@@ -199,21 +199,30 @@ func (g *Gitea) commentJSON(c *GiteaComment) any {
 	}
 }
 
-func (g *Gitea) listComments(w http.ResponseWriter, r *http.Request) {
+// onComments calls f, with the fake locked, for the pull request whose
+// comments r lists or adds to. For one the fake does not have it answers
+// 500, as Gitea 1.26 does: it does not tell a missing issue there.
+func (g *Gitea) onComments(w http.ResponseWriter, r *http.Request, f func(repo string, index int)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	repo, index, _, ok := g.pr(r)
 	if !ok {
-		giteaInternal(w) // Gitea 1.26 does not tell a missing issue here
+		giteaInternal(w)
 		return
 	}
-	out := []any{}
-	for _, c := range g.comments {
-		if c.Repo == repo && c.Index == index {
-			out = append(out, g.commentJSON(c))
+	f(repo, index)
+}
+
+func (g *Gitea) listComments(w http.ResponseWriter, r *http.Request) {
+	g.onComments(w, r, func(repo string, index int) {
+		out := []any{}
+		for _, c := range g.comments {
+			if c.Repo == repo && c.Index == index {
+				out = append(out, g.commentJSON(c))
+			}
 		}
-	}
-	writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, out)
+	})
 }
 
 // commentBody reads the body of a comment create or edit; where it has
@@ -234,18 +243,13 @@ func (g *Gitea) createComment(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	repo, index, _, ok := g.pr(r)
-	if !ok {
-		giteaInternal(w) // Gitea 1.26 does not tell a missing issue here
-		return
-	}
-	g.nextID++
-	now := time.Now().UTC()
-	c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body, Bodies: []string{body}, created: now, updated: now}
-	g.comments = append(g.comments, c)
-	writeJSON(w, http.StatusCreated, g.commentJSON(c))
+	g.onComments(w, r, func(repo string, index int) {
+		g.nextID++
+		now := time.Now().UTC()
+		c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body, Bodies: []string{body}, created: now, updated: now}
+		g.comments = append(g.comments, c)
+		writeJSON(w, http.StatusCreated, g.commentJSON(c))
+	})
 }
 
 func (g *Gitea) editComment(w http.ResponseWriter, r *http.Request) {

@@ -61,90 +61,80 @@ type Topology struct {
 	LogMaxBytes int64
 }
 
-// JobsStream is the configuration of StreamJobs.
-func (t Topology) JobsStream() jetstream.StreamConfig {
+// stream is what every orch stream shares: its name and subjects, file
+// storage and the topology's replicas. Each stream's own method adds its
+// limits.
+func (t Topology) stream(name, description string, retention jetstream.RetentionPolicy, subjects ...string) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:        StreamJobs,
-		Description: "orch jobs waiting for or held by a runner",
-		Subjects:    []string{SubjectJobsAll},
-		Retention:   jetstream.WorkQueuePolicy,
+		Name:        name,
+		Description: description,
+		Subjects:    subjects,
+		Retention:   retention,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cmp.Or(t.Replicas, 1),
-		Duplicates:  cmp.Or(t.DuplicateWindow, DuplicateWindowDefault),
-		Discard:     jetstream.DiscardOld,
-		// Direct gets let an operator read queued jobs without a
-		// consumer (`nats stream view JOBS`): a WorkQueue stream takes
-		// no second consumer that overlaps the runner's.
-		AllowDirect: true,
 	}
+}
+
+// bucket is what both orch buckets share: one value per key, kept for
+// ttl, on file storage with the topology's replicas.
+func (t Topology) bucket(name, description string, ttl time.Duration) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: description,
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cmp.Or(t.Replicas, 1),
+	}
+}
+
+// JobsStream is the configuration of StreamJobs.
+func (t Topology) JobsStream() jetstream.StreamConfig {
+	c := t.stream(StreamJobs, "orch jobs waiting for or held by a runner", jetstream.WorkQueuePolicy, SubjectJobsAll)
+	c.Duplicates = cmp.Or(t.DuplicateWindow, DuplicateWindowDefault)
+	c.Discard = jetstream.DiscardOld
+	// Direct gets let an operator read queued jobs without a consumer
+	// (`nats stream view JOBS`): a WorkQueue stream takes no second
+	// consumer that overlaps the runner's.
+	c.AllowDirect = true
+	return c
 }
 
 // AdvisoriesStream is the configuration of StreamAdvisories.
 func (t Topology) AdvisoriesStream() jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        StreamAdvisories,
-		Description: "JetStream advisories of jobs that failed for good",
-		Subjects:    []string{SubjectAdvisoryMaxDeliveries, SubjectAdvisoryTerminated},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cmp.Or(t.Replicas, 1),
-		MaxAge:      AdvisoryMaxAgeDefault,
-	}
+	c := t.stream(StreamAdvisories, "JetStream advisories of jobs that failed for good", jetstream.LimitsPolicy,
+		SubjectAdvisoryMaxDeliveries, SubjectAdvisoryTerminated)
+	c.MaxAge = AdvisoryMaxAgeDefault
+	return c
 }
 
 // DLQStream is the configuration of StreamDLQ.
 func (t Topology) DLQStream() jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        StreamDLQ,
-		Description: "orch jobs that failed for good, for inspection and re-run",
-		Subjects:    []string{SubjectDLQAll},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cmp.Or(t.Replicas, 1),
-		MaxAge:      DLQMaxAgeDefault,
-		Duplicates:  cmp.Or(t.DuplicateWindow, DuplicateWindowDefault),
-	}
+	c := t.stream(StreamDLQ, "orch jobs that failed for good, for inspection and re-run", jetstream.LimitsPolicy, SubjectDLQAll)
+	c.MaxAge = DLQMaxAgeDefault
+	c.Duplicates = cmp.Or(t.DuplicateWindow, DuplicateWindowDefault)
+	return c
 }
 
 // LogsStream is the configuration of StreamLogs: limits retention, the
 // oldest output dropped first when a bound is reached.
 func (t Topology) LogsStream() jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        StreamLogs,
-		Description: "orch agents' output, one subject per attempt of a job",
-		Subjects:    []string{SubjectLogsAll},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cmp.Or(t.Replicas, 1),
-		MaxAge:      cmp.Or(t.LogMaxAge, LogMaxAgeDefault),
-		MaxBytes:    cmp.Or(t.LogMaxBytes, LogMaxBytesDefault),
-		Discard:     jetstream.DiscardOld,
-		Duplicates:  LogDuplicateWindow,
-	}
+	c := t.stream(StreamLogs, "orch agents' output, one subject per attempt of a job", jetstream.LimitsPolicy, SubjectLogsAll)
+	c.MaxAge = cmp.Or(t.LogMaxAge, LogMaxAgeDefault)
+	c.MaxBytes = cmp.Or(t.LogMaxBytes, LogMaxBytesDefault)
+	c.Discard = jetstream.DiscardOld
+	c.Duplicates = LogDuplicateWindow
+	return c
 }
 
 // JobsBucket is the configuration of BucketJobs.
 func (t Topology) JobsBucket() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      BucketJobs,
-		Description: "orch job status records, keyed by job id",
-		History:     1,
-		TTL:         cmp.Or(t.StatusTTL, StatusTTLDefault),
-		Storage:     jetstream.FileStorage,
-		Replicas:    cmp.Or(t.Replicas, 1),
-	}
+	return t.bucket(BucketJobs, "orch job status records, keyed by job id", cmp.Or(t.StatusTTL, StatusTTLDefault))
 }
 
 // TaskLocksBucket is the configuration of BucketTaskLocks.
 func (t Topology) TaskLocksBucket() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      BucketTaskLocks,
-		Description: "orch task locks: one job per task worktree at a time",
-		History:     1,
-		TTL:         TaskLocksMaxAge,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cmp.Or(t.Replicas, 1),
-	}
+	return t.bucket(BucketTaskLocks, "orch task locks: one job per task worktree at a time", TaskLocksMaxAge)
 }
 
 // Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ,

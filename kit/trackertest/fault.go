@@ -76,6 +76,20 @@ func (f *faults) note(r *http.Request, route, auth string) *Fault {
 	return f.fault(r, route, f.counts[key])
 }
 
+// answer serves r with h, or with ft where a test forced a fault: instead
+// of h, or (After) once h has taken effect, its own answer dropped. msg
+// shapes the error body as the tracker does.
+func answer(w http.ResponseWriter, r *http.Request, ft *Fault, h func(http.ResponseWriter, *http.Request), msg func(string) any) {
+	if ft == nil {
+		h(w, r)
+		return
+	}
+	if ft.After {
+		h(&recorder{header: http.Header{}}, r)
+	}
+	writeFault(w, ft, msg)
+}
+
 // writeFault answers with ft.
 func writeFault(w http.ResponseWriter, ft *Fault, msg func(string) any) {
 	if ft.RetryAfter > 0 {
@@ -89,6 +103,9 @@ func writeFault(w http.ResponseWriter, ft *Fault, msg func(string) any) {
 	}
 	writeJSON(w, ft.Code, msg(http.StatusText(ft.Code)))
 }
+
+// decode reads r's JSON body into v.
+func decode(r *http.Request, v any) error { return json.NewDecoder(r.Body).Decode(v) }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

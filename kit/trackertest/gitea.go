@@ -1,7 +1,6 @@
 package trackertest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,8 +59,8 @@ func NewGitea(t testing.TB, token, user string) *Gitea {
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
 		mux.HandleFunc(pattern, g.wrap(pattern[strings.IndexByte(pattern, ' ')+1:], h))
 	}
-	route("GET /api/v1/repos/{owner}/{repo}/pulls/{index}", g.getPull)
-	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}", g.getIssue)
+	route("GET /api/v1/repos/{owner}/{repo}/pulls/{index}", g.getPR(g.pullJSON))
+	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}", g.getPR(g.issueJSON))
 	route("GET /api/v1/repos/{owner}/{repo}/issues/{index}/comments", g.listComments)
 	route("POST /api/v1/repos/{owner}/{repo}/issues/{index}/comments", g.createComment)
 	route("PATCH /api/v1/repos/{owner}/{repo}/issues/comments/{id}", g.editComment)
@@ -154,16 +153,7 @@ func (g *Gitea) wrap(route string, h func(http.ResponseWriter, *http.Request)) h
 			writeJSON(w, http.StatusUnauthorized, giteaMsg("invalid username, password or token"))
 			return
 		}
-		if ft != nil && !ft.After {
-			writeFault(w, ft, giteaMsg)
-			return
-		}
-		if ft != nil {
-			h(&recorder{header: http.Header{}}, r)
-			writeFault(w, ft, giteaMsg)
-			return
-		}
-		h(w, r)
+		answer(w, r, ft, h, giteaMsg)
 	}
 }
 
@@ -174,34 +164,30 @@ func (g *Gitea) pr(r *http.Request) (repo string, index int, sha string, ok bool
 	return repo, index, sha, ok
 }
 
-func (g *Gitea) getPull(w http.ResponseWriter, r *http.Request) {
-	g.mu.Lock()
-	_, index, sha, ok := g.pr(r)
-	g.mu.Unlock()
-	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaNotFound())
-		return
+// getPR answers a get of a pull request, or of its issue (Gitea has an
+// issue of the same number behind every pull request): 404 for one it
+// does not have, else its number and state with the fields more adds.
+func (g *Gitea) getPR(more func(repo string, index int, sha string) map[string]any) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		repo, index, sha, ok := g.pr(r)
+		g.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusNotFound, giteaNotFound())
+			return
+		}
+		out := more(repo, index, sha)
+		out["number"], out["state"] = index, "open"
+		writeJSON(w, http.StatusOK, out)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"number": index, "state": "open",
-		"head": map[string]any{"sha": sha, "ref": "agent/task", "label": "agent/task"},
-	})
 }
 
-// getIssue answers for a pull request's issue, as Gitea does: every pull
-// request is an issue with the same number.
-func (g *Gitea) getIssue(w http.ResponseWriter, r *http.Request) {
-	g.mu.Lock()
-	repo, index, _, ok := g.pr(r)
-	g.mu.Unlock()
-	if !ok {
-		writeJSON(w, http.StatusNotFound, giteaNotFound())
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"number": index, "state": "open",
-		"pull_request": map[string]any{"merged": false, "html_url": fmt.Sprintf("%s/%s/pulls/%d", g.URL, repo, index)},
-	})
+func (g *Gitea) pullJSON(_ string, _ int, sha string) map[string]any {
+	return map[string]any{"head": map[string]any{"sha": sha, "ref": "agent/task", "label": "agent/task"}}
+}
+
+func (g *Gitea) issueJSON(repo string, index int, _ string) map[string]any {
+	return map[string]any{"pull_request": map[string]any{"merged": false, "html_url": fmt.Sprintf("%s/%s/pulls/%d", g.URL, repo, index)}}
 }
 
 func (g *Gitea) commentJSON(c *GiteaComment) any {
@@ -213,51 +199,62 @@ func (g *Gitea) commentJSON(c *GiteaComment) any {
 	}
 }
 
-func (g *Gitea) listComments(w http.ResponseWriter, r *http.Request) {
+// onComments calls f, with the fake locked, for the pull request whose
+// comments r lists or adds to. For one the fake does not have it answers
+// 500, as Gitea 1.26 does: it does not tell a missing issue there.
+func (g *Gitea) onComments(w http.ResponseWriter, r *http.Request, f func(repo string, index int)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	repo, index, _, ok := g.pr(r)
 	if !ok {
-		giteaInternal(w) // Gitea 1.26 does not tell a missing issue here
+		giteaInternal(w)
 		return
 	}
-	out := []any{}
-	for _, c := range g.comments {
-		if c.Repo == repo && c.Index == index {
-			out = append(out, g.commentJSON(c))
+	f(repo, index)
+}
+
+func (g *Gitea) listComments(w http.ResponseWriter, r *http.Request) {
+	g.onComments(w, r, func(repo string, index int) {
+		out := []any{}
+		for _, c := range g.comments {
+			if c.Repo == repo && c.Index == index {
+				out = append(out, g.commentJSON(c))
+			}
 		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+// commentBody reads the body of a comment create or edit; where it has
+// none it answers 422, as Gitea does.
+func commentBody(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var in struct {
+		Body string `json:"body"`
 	}
-	writeJSON(w, http.StatusOK, out)
+	if err := decode(r, &in); err != nil || in.Body == "" {
+		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[Body]: Required"))
+		return "", false
+	}
+	return in.Body, true
 }
 
 func (g *Gitea) createComment(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Body string `json:"body"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Body == "" {
-		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[Body]: Required"))
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	repo, index, _, ok := g.pr(r)
+	body, ok := commentBody(w, r)
 	if !ok {
-		giteaInternal(w) // Gitea 1.26 does not tell a missing issue here
 		return
 	}
-	g.nextID++
-	now := time.Now().UTC()
-	c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body.Body, Bodies: []string{body.Body}, created: now, updated: now}
-	g.comments = append(g.comments, c)
-	writeJSON(w, http.StatusCreated, g.commentJSON(c))
+	g.onComments(w, r, func(repo string, index int) {
+		g.nextID++
+		now := time.Now().UTC()
+		c := &GiteaComment{ID: g.nextID, Repo: repo, Index: index, Author: g.User, Body: body, Bodies: []string{body}, created: now, updated: now}
+		g.comments = append(g.comments, c)
+		writeJSON(w, http.StatusCreated, g.commentJSON(c))
+	})
 }
 
 func (g *Gitea) editComment(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Body string `json:"body"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Body == "" {
-		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg("[Body]: Required"))
+	body, ok := commentBody(w, r)
+	if !ok {
 		return
 	}
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -266,9 +263,9 @@ func (g *Gitea) editComment(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	for _, c := range g.comments {
 		if c.ID == id && c.Repo == repo {
-			if body.Body != c.Body { // Gitea leaves an unchanged comment as it is
-				c.Body, c.updated = body.Body, time.Now().UTC()
-				c.Bodies = append(c.Bodies, body.Body)
+			if body != c.Body { // Gitea leaves an unchanged comment as it is
+				c.Body, c.updated = body, time.Now().UTC()
+				c.Bodies = append(c.Bodies, body)
 			}
 			writeJSON(w, http.StatusOK, g.commentJSON(c))
 			return
@@ -286,7 +283,7 @@ func (g *Gitea) createStatus(w http.ResponseWriter, r *http.Request) {
 		Description string `json:"description"`
 		Context     string `json:"context"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+	if err := decode(r, &body); err != nil {
 		writeJSON(w, http.StatusUnprocessableEntity, giteaMsg(err.Error()))
 		return
 	}

@@ -1,7 +1,6 @@
 package trackertest
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -41,10 +40,10 @@ func NewPlane(t testing.TB, key string) *Plane {
 	route := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
 		mux.HandleFunc(pattern, p.wrap(pattern[len("POST "):], h))
 	}
-	route("POST /api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/", p.create)
+	route("POST /api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/", p.onItem(p.create))
 	// The same length prefix: "PATCH" is one letter longer, so route by hand.
 	mux.HandleFunc("PATCH /api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/",
-		p.wrap("/api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/", p.edit))
+		p.wrap("/api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/", p.onItem(p.edit)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, planeMsg("Page not found."))
 	})
@@ -92,16 +91,7 @@ func (p *Plane) wrap(route string, h func(http.ResponseWriter, *http.Request)) h
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Authentication credentials were not provided."})
 			return
 		}
-		if ft != nil && !ft.After {
-			writeFault(w, ft, planeMsg)
-			return
-		}
-		if ft != nil {
-			h(&recorder{header: http.Header{}}, r)
-			writeFault(w, ft, planeMsg)
-			return
-		}
-		h(w, r)
+		answer(w, r, ft, h, planeMsg)
 	}
 }
 
@@ -123,19 +113,32 @@ func commentJSON(c *PlaneComment) any {
 	}
 }
 
-func (p *Plane) create(w http.ResponseWriter, r *http.Request) {
-	var b planeBody
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-		writeJSON(w, http.StatusBadRequest, planeMsg("Invalid JSON"))
-		return
+// onItem reads a comment create or edit of a work item and hands it to h
+// with the fake locked. A body that is not JSON answers 400, an item the
+// fake does not have 404, as Plane does.
+func (p *Plane) onItem(h func(w http.ResponseWriter, r *http.Request, b planeBody, ws, project, item string)) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var b planeBody
+		if err := decode(r, &b); err != nil {
+			writeJSON(w, http.StatusBadRequest, planeMsg("Invalid JSON"))
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		ws, project, item, ok := p.item(r)
+		if !ok {
+			writeJSON(w, http.StatusNotFound, planeMsg(planeNotFound))
+			return
+		}
+		h(w, r, b, ws, project, item)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ws, project, item, ok := p.item(r)
-	if !ok {
-		writeJSON(w, http.StatusNotFound, planeMsg("The requested resource does not exist."))
-		return
-	}
+}
+
+// planeNotFound is Plane's message for a work item or comment it does not
+// have.
+const planeNotFound = "The requested resource does not exist."
+
+func (p *Plane) create(w http.ResponseWriter, r *http.Request, b planeBody, ws, project, item string) {
 	if b.CommentHTML == nil || *b.CommentHTML == "" {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"comment_html": []string{"This field is required."}})
 		return
@@ -161,27 +164,18 @@ func (p *Plane) create(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, commentJSON(c))
 }
 
-func (p *Plane) edit(w http.ResponseWriter, r *http.Request) {
-	var b planeBody
-	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
-		writeJSON(w, http.StatusBadRequest, planeMsg("Invalid JSON"))
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, _, item, ok := p.item(r); ok {
-		for _, c := range p.comments {
-			if c.ID == r.PathValue("id") && c.Item == item {
-				if b.CommentHTML != nil {
-					c.HTML = *b.CommentHTML
-					c.Bodies = append(c.Bodies, c.HTML)
-				}
-				writeJSON(w, http.StatusOK, commentJSON(c))
-				return
+func (p *Plane) edit(w http.ResponseWriter, r *http.Request, b planeBody, _, _, item string) {
+	for _, c := range p.comments {
+		if c.ID == r.PathValue("id") && c.Item == item {
+			if b.CommentHTML != nil {
+				c.HTML = *b.CommentHTML
+				c.Bodies = append(c.Bodies, c.HTML)
 			}
+			writeJSON(w, http.StatusOK, commentJSON(c))
+			return
 		}
 	}
-	writeJSON(w, http.StatusNotFound, planeMsg("The requested resource does not exist."))
+	writeJSON(w, http.StatusNotFound, planeMsg(planeNotFound))
 }
 
 func deref(s *string) string {

@@ -41,30 +41,18 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg: service.NewRegistry("notifier"),
-		sent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orch_notifier_alerts_sent_total",
-			Help: "Alerts Telegram accepted.",
-		}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_notifier_alerts_failed_total",
-			Help: "Alert sends that failed, by cause: rejected (400/401/403/404: token, chat or message) or unavailable (5xx, network); each is retried.",
-		}, []string{"cause"}),
-		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orch_notifier_alerts_rate_limited_total",
-			Help: "Alert sends Telegram answered with 429; each is retried after retry_after.",
-		}),
-		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orch_notifier_dead_lettered_total",
-			Help: "Jobs copied to " + proto.StreamDLQ + ".",
-		}),
-		advisories: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_notifier_advisories_total",
-			Help: "Advisories handled in full, by outcome: alerted, logged (no bot token), cancelled, already_handled, unusable.",
-		}, []string{"outcome"}),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_notifier_writeback_writes_total",
-			Help: "Writes to the trackers (tracking comments, commit statuses), by tracker (gitea, plane), operation (comment, status) and outcome: ok, retry (5xx, 429, network; tried again), gone (404; the job's write-back stops), rejected (401, 403, 422; needs a person).",
-		}, []string{"tracker", "operation", "outcome"}),
+		sent: counter("orch_notifier_alerts_sent_total",
+			"Alerts Telegram accepted."),
+		failed: counterVec("orch_notifier_alerts_failed_total",
+			"Alert sends that failed, by cause: rejected (400/401/403/404: token, chat or message) or unavailable (5xx, network); each is retried.", "cause"),
+		rateLimited: counter("orch_notifier_alerts_rate_limited_total",
+			"Alert sends Telegram answered with 429; each is retried after retry_after."),
+		deadLettered: counter("orch_notifier_dead_lettered_total",
+			"Jobs copied to "+proto.StreamDLQ+"."),
+		advisories: counterVec("orch_notifier_advisories_total",
+			"Advisories handled in full, by outcome: alerted, logged (no bot token), cancelled, already_handled, unusable.", "outcome"),
+		writes: counterVec("orch_notifier_writeback_writes_total",
+			"Writes to the trackers (tracking comments, commit statuses), by tracker (gitea, plane), operation (comment, status) and outcome: ok, retry (5xx, 429, network; tried again), gone (404; the job's write-back stops), rejected (401, 403, 422; needs a person).", "tracker", "operation", "outcome"),
 	}
 	for _, tr := range writeback.Trackers {
 		for _, op := range writeback.Operations {
@@ -91,6 +79,16 @@ func newMetrics() *metrics {
 			return 0
 		}))
 	return m
+}
+
+// counter is a counter of the notifier's /metrics.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// counterVec is a counter of the notifier's /metrics with labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // Wrote counts one write to a tracker (writeback.Recorder).

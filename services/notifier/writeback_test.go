@@ -85,9 +85,4 @@ func TestNotifierWritesBack(t *testing.T) {
 		m.Lint(t)
 		return nil
 	})
-	for _, line := range b.logs.All() {
-		if strings.Contains(line.Message+fmt.Sprint(line.ContextMap()), "SECRET") {
-			t.Errorf("the Gitea token reached a log line")
-		}
-	}
 }

@@ -67,65 +67,59 @@ func TestClaudeSuccessRecorded(t *testing.T) {
 	}
 }
 
-// A run in which tools were denied exits 0 but did nothing: the job fails
-// at once, with a reason naming the tools and what to allow, and without a
-// second run, since a retry would be denied the same way. The message is
-// terminated with the runner's "<job-id>: <cause>" reason, which the
-// notifier alerts on.
-func TestClaudePermissionDeniedFailsWithoutRetry(t *testing.T) {
-	e := newEnv(t, "")
-	cfg := e.config("r1", e.claude("permission-denied.jsonl", 0))
-	cfg.MaxAttempts = 3
-	e.start(cfg)
-	j := job("claude-denied", "task-denied", proto.KindImplement)
-	e.enqueue(j)
-	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
-	for _, want := range []string{"denied Bash", "allowed_tools: [Bash]", "agent_permissions"} {
-		if !strings.Contains(st.Error, want) {
-			t.Errorf("error %q does not say %q", st.Error, want)
-		}
-	}
-	if st.Attempt != 1 || st.ExitCode == nil || *st.ExitCode != 0 || st.CostUSD != 0.012 {
-		t.Errorf("record %+v, want attempt 1, exit code 0 and the run's cost", st)
-	}
-	id, cause := proto.ParseTermReason(termReasons(t, e, 1)[0])
-	if id != j.ID || !strings.Contains(cause, "Bash") {
-		t.Errorf("term reason names job %q, cause %q; want %s and the denied tool", id, cause, j.ID)
-	}
-	// Terminated: the message is gone, so no later delivery can run it.
-	e.waitStreamEmpty(10 * time.Second)
-	if runs := e.runsOf(j.ID); len(runs) != 1 {
-		t.Errorf("the agent ran %d times, want once", len(runs))
-	}
-}
-
-// Claude Code refuses to bypass permissions as root: it prints why and
-// exits 1 without a result. Every retry would be refused the same way, so
-// the job fails at once, as a denial does, with a reason that says to run
-// the runner as a non-root user.
-func TestClaudeRootRefusalFailsWithoutRetry(t *testing.T) {
-	e := newEnv(t, "")
-	cfg := e.config("r1", e.claude("root-refused-2.1.197.txt", 1))
-	cfg.MaxAttempts = 3
-	e.start(cfg)
-	j := job("claude-root", "task-root", proto.KindImplement)
-	e.enqueue(j)
-	st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
-	for _, want := range []string{"--dangerously-skip-permissions cannot be used with root/sudo privileges", "non-root user"} {
-		if !strings.Contains(st.Error, want) {
-			t.Errorf("error %q does not say %q", st.Error, want)
-		}
-	}
-	if st.Attempt != 1 || st.ExitCode == nil || *st.ExitCode != 1 {
-		t.Errorf("record %+v, want attempt 1 and exit code 1", st)
-	}
-	id, cause := proto.ParseTermReason(termReasons(t, e, 1)[0])
-	if id != j.ID || !strings.Contains(cause, "non-root user") {
-		t.Errorf("term reason names job %q, cause %q; want %s and what to do", id, cause, j.ID)
-	}
-	e.waitStreamEmpty(10 * time.Second)
-	if runs := e.runsOf(j.ID); len(runs) != 1 {
-		t.Errorf("the agent ran %d times, want once", len(runs))
+// Some runs can only fail the same way again, so the job fails at once,
+// without a second run, with a reason that says what to change; the
+// message is terminated with the runner's "<job-id>: <cause>" reason,
+// which the notifier alerts on, and is gone, so no later delivery can
+// run it. A run in which tools were denied exits 0 but did nothing: the
+// reason names the tools and what to allow. Claude Code refuses to bypass
+// permissions as root: it prints why and exits 1 without a result; the
+// reason says to run the runner as a non-root user.
+func TestClaudeRefusalFailsWithoutRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name, transcript string
+		code             int
+		job, task        string
+		errorSays        []string
+		cost             float64 // the run's cost, as the record keeps it
+		causeSays        string
+	}{
+		{
+			name: "permission denied", transcript: "permission-denied.jsonl", code: 0, job: "claude-denied", task: "task-denied",
+			errorSays: []string{"denied Bash", "allowed_tools: [Bash]", "agent_permissions"},
+			cost:      0.012, causeSays: "Bash",
+		},
+		{
+			name: "root refused", transcript: "root-refused-2.1.197.txt", code: 1, job: "claude-root", task: "task-root",
+			errorSays: []string{"--dangerously-skip-permissions cannot be used with root/sudo privileges", "non-root user"},
+			cost:      0, causeSays: "non-root user",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, "")
+			cfg := e.config("r1", e.claude(tc.transcript, tc.code))
+			cfg.MaxAttempts = 3
+			e.start(cfg)
+			j := job(tc.job, tc.task, proto.KindImplement)
+			e.enqueue(j)
+			st := e.waitState(j.ID, proto.StateFailed, 30*time.Second)
+			for _, want := range tc.errorSays {
+				if !strings.Contains(st.Error, want) {
+					t.Errorf("error %q does not say %q", st.Error, want)
+				}
+			}
+			if st.Attempt != 1 || st.ExitCode == nil || *st.ExitCode != tc.code || st.CostUSD != tc.cost {
+				t.Errorf("record %+v, want attempt 1, exit code %d and cost %v", st, tc.code, tc.cost)
+			}
+			id, cause := proto.ParseTermReason(termReasons(t, e, 1)[0])
+			if id != j.ID || !strings.Contains(cause, tc.causeSays) {
+				t.Errorf("term reason names job %q, cause %q; want %s and %q", id, cause, j.ID, tc.causeSays)
+			}
+			e.waitStreamEmpty(10 * time.Second)
+			if runs := e.runsOf(j.ID); len(runs) != 1 {
+				t.Errorf("the agent ran %d times, want once", len(runs))
+			}
+		})
 	}
 }
 

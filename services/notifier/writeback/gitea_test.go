@@ -24,10 +24,7 @@ import (
 func TestDeletedPullRequestStopsAfterItsStatus(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, err := b.writer("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := b.writer("n1")
 	b.start("n1")
 	job := b.prJob("deleted", 40)
 	job.Task.HeadSHA = fmt.Sprintf("%040x", 40)
@@ -59,10 +56,7 @@ func TestDeletedPullRequestStopsAfterItsStatus(t *testing.T) {
 func TestRunningWhileQueuedIsWrittenShowsRunning(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, err := b.writer("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := b.writer("n1")
 	job := b.prJob("quick", 41)
 	var once sync.Once
 	b.gitea.SetFault(func(r *http.Request, route string, n int) *trackertest.Fault {

@@ -201,71 +201,95 @@ func (w *Writer) giteaStatus(ctx context.Context, h *held, t targets, st *proto.
 	return h.save(ctx)
 }
 
+// comment is one tracker's side of a job's tracking comment: the record
+// fields that name it and remember what it shows, and the tracker's own
+// way of finding or creating it. writeComment is the flow both share.
+type comment[ID comparable] struct {
+	tracker string // TrackerGitea or TrackerPlane, for the metrics
+	body    string
+	// id is the comment's id in the record (zero: none known yet); hash
+	// is the digest of the body last written to it.
+	id   *ID
+	hash *string
+	// ensure returns the job's comment, creating it with body where the
+	// tracker has none; created says body is already what it shows. It
+	// counts the requests it sends.
+	ensure func(ctx context.Context) (id ID, created bool, err error)
+	// edit replaces the body of comment id.
+	edit func(ctx context.Context, id ID) error
+}
+
+// writeComment creates or edits the job's comment so that it shows
+// c.body, unless it already does.
+func writeComment[ID comparable](ctx context.Context, w *Writer, h *held, c comment[ID]) error {
+	hash := digest(c.body)
+	if *c.hash == hash {
+		return nil
+	}
+	if err := h.hold(ctx); err != nil {
+		return err
+	}
+	var none ID
+	if *c.id == none {
+		id, created, err := c.ensure(ctx)
+		if err != nil {
+			return err
+		}
+		*c.id = id
+		if created {
+			*c.hash, h.rec.EditedAt = hash, time.Now()
+			return h.save(ctx)
+		}
+	}
+	err := c.edit(ctx, *c.id)
+	w.count(c.tracker, OpComment, err)
+	if err != nil {
+		return err
+	}
+	*c.hash, h.rec.EditedAt = hash, time.Now()
+	return h.save(ctx)
+}
+
 // giteaComment creates or edits the job's comment on the pull request.
 // Before a create it looks for the marker, in case an earlier create went
 // through but its answer or its record was lost.
 func (w *Writer) giteaComment(ctx context.Context, h *held, t targets, v View) error {
 	body := GiteaBody(v)
-	hash := digest(body)
-	if h.rec.GiteaHash == hash {
-		return nil
-	}
-	if err := h.hold(ctx); err != nil {
-		return err
-	}
-	if h.rec.GiteaComment == 0 {
-		found, err := w.cfg.Gitea.FindComment(ctx, t.repo, t.pr, v.Status.Job.ID)
-		if err != nil {
-			w.count(TrackerGitea, OpComment, err)
-			return err
-		}
-		if found == 0 {
+	return writeComment(ctx, w, h, comment[int64]{
+		tracker: TrackerGitea, body: body, id: &h.rec.GiteaComment, hash: &h.rec.GiteaHash,
+		ensure: func(ctx context.Context) (int64, bool, error) {
+			found, err := w.cfg.Gitea.FindComment(ctx, t.repo, t.pr, v.Status.Job.ID)
+			if err != nil {
+				w.count(TrackerGitea, OpComment, err)
+				return 0, false, err
+			}
+			if found != 0 {
+				return found, false, nil
+			}
 			id, err := w.cfg.Gitea.CreateComment(ctx, t.repo, t.pr, body)
 			w.count(TrackerGitea, OpComment, err)
-			if err != nil {
-				return err
-			}
-			h.rec.GiteaComment, h.rec.GiteaHash, h.rec.EditedAt = id, hash, time.Now()
-			return h.save(ctx)
-		}
-		h.rec.GiteaComment = found
-	}
-	err := w.cfg.Gitea.EditComment(ctx, t.repo, h.rec.GiteaComment, body)
-	w.count(TrackerGitea, OpComment, err)
-	if err != nil {
-		return err
-	}
-	h.rec.GiteaHash, h.rec.EditedAt = hash, time.Now()
-	return h.save(ctx)
+			return id, err == nil, err
+		},
+		edit: func(ctx context.Context, id int64) error {
+			return w.cfg.Gitea.EditComment(ctx, t.repo, id, body)
+		},
+	})
 }
 
-// planeComment creates or edits the job's comment on the work item.
+// planeComment creates or edits the job's comment on the work item. Plane
+// finds an earlier create itself: it refuses a second comment with the
+// job's external id and names the first.
 func (w *Writer) planeComment(ctx context.Context, h *held, t targets, v View) error {
 	body := PlaneHTML(v)
-	hash := digest(body)
-	if h.rec.PlaneHash == hash {
-		return nil
-	}
-	if err := h.hold(ctx); err != nil {
-		return err
-	}
-	if h.rec.PlaneComment == "" {
-		id, created, err := w.cfg.Plane.CreateComment(ctx, t.workspace, t.project, t.item, v.Status.Job.ID, body)
-		w.count(TrackerPlane, OpComment, err)
-		if err != nil {
-			return err
-		}
-		h.rec.PlaneComment = id
-		if created {
-			h.rec.PlaneHash, h.rec.EditedAt = hash, time.Now()
-			return h.save(ctx)
-		}
-	}
-	err := w.cfg.Plane.EditComment(ctx, t.workspace, t.project, t.item, h.rec.PlaneComment, body)
-	w.count(TrackerPlane, OpComment, err)
-	if err != nil {
-		return err
-	}
-	h.rec.PlaneHash, h.rec.EditedAt = hash, time.Now()
-	return h.save(ctx)
+	return writeComment(ctx, w, h, comment[string]{
+		tracker: TrackerPlane, body: body, id: &h.rec.PlaneComment, hash: &h.rec.PlaneHash,
+		ensure: func(ctx context.Context) (string, bool, error) {
+			id, created, err := w.cfg.Plane.CreateComment(ctx, t.workspace, t.project, t.item, v.Status.Job.ID, body)
+			w.count(TrackerPlane, OpComment, err)
+			return id, created, err
+		},
+		edit: func(ctx context.Context, id string) error {
+			return w.cfg.Plane.EditComment(ctx, t.workspace, t.project, t.item, id, body)
+		},
+	})
 }

@@ -155,10 +155,7 @@ func TestTwoNotifiersOneComment(t *testing.T) {
 func TestGoneStopsOnlyThatJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, err := b.writer("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := b.writer("n1")
 	b.start("n1")
 	gone, ok := b.prJob("gone", 30), b.prJob("ok", 31)
 	b.gitea.DeletePR(repo, 30)
@@ -287,10 +284,7 @@ func TestWritesCounted(t *testing.T) {
 		}
 		return nil
 	})
-	w, err := b.writer("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := b.writer("n1")
 	ctx, cancel := context.WithCancel(b.ctx)
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); w.Run(ctx) }()

@@ -57,6 +57,16 @@ func (o *origin) setup() (*workspace.Workspace, workspace.Repo) {
 	return &workspace.Workspace{Root: o.t.TempDir()}, workspace.Repo{Project: "widgets", CloneURL: o.bare, DefaultBranch: "main"}
 }
 
+// onPR7 is where most head tests start: an origin whose pull request 7
+// has branch feature/x at its first commit, a workspace, and the want of
+// a job of that pull request at that commit.
+func onPR7(t *testing.T) (*origin, *workspace.Workspace, workspace.Repo, workspace.Want) {
+	t.Helper()
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	return o, ws, repo, workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a}
+}
+
 func prepare(t *testing.T, ws *workspace.Workspace, repo workspace.Repo, want workspace.Want) workspace.Checkout {
 	t.Helper()
 	co, err := ws.Prepare(context.Background(), repo, want)
@@ -82,9 +92,8 @@ func notes(co workspace.Checkout) string { return strings.Join(co.Notes, "\n") }
 // after the author pushed B, at the rewritten head after a force push, and
 // at the newest head when the job names an older one.
 func TestEveryJobAtThePRHead(t *testing.T) {
-	o, a := newOrigin(t)
-	ws, repo := o.setup()
-	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a}
+	o, ws, repo, want := onPR7(t)
+	a := want.HeadSHA
 
 	co := prepare(t, ws, repo, want)
 	if co.Head != a || co.Target != a || co.Branch != "feature/x" || co.Upstream != "origin/feature/x" || len(co.Notes) != 0 {
@@ -124,9 +133,7 @@ func TestEveryJobAtThePRHead(t *testing.T) {
 // Commits an earlier job made and did not push, and its uncommitted
 // changes, survive a later job and are named in its notes.
 func TestLocalWorkKept(t *testing.T) {
-	o, a := newOrigin(t)
-	ws, repo := o.setup()
-	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a}
+	o, ws, repo, want := onPR7(t)
 	dir := prepare(t, ws, repo, want).Dir
 
 	// The agent commits without pushing and leaves changes behind.
@@ -173,9 +180,7 @@ func TestLocalWorkKept(t *testing.T) {
 // way, and keep the worktree where it is when the new head changes the
 // same file.
 func TestUncommittedChanges(t *testing.T) {
-	o, a := newOrigin(t)
-	ws, repo := o.setup()
-	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a}
+	o, ws, repo, want := onPR7(t)
 	dir := prepare(t, ws, repo, want).Dir
 	write(t, filepath.Join(dir, "README.md"), "local edit\n")
 
@@ -202,9 +207,8 @@ func TestUncommittedChanges(t *testing.T) {
 // request, and no branch is made beside it. Cleanup removes the local
 // copy of the branch only.
 func TestPushUpdatesThePRBranch(t *testing.T) {
-	o, a := newOrigin(t)
-	ws, repo := o.setup()
-	co := prepare(t, ws, repo, workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a})
+	o, ws, repo, want := onPR7(t)
+	co := prepare(t, ws, repo, want)
 	if up := gitOut(t, co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); up != "origin/feature/x" {
 		t.Errorf("upstream %s, want origin/feature/x", up)
 	}

@@ -20,6 +20,17 @@ func prepareDir(ctx context.Context, ws *workspace.Workspace, repo workspace.Rep
 	return co.Dir, err
 }
 
+// mustPrepareDir is prepareDir for a test that only goes on when it
+// works.
+func mustPrepareDir(t *testing.T, ws *workspace.Workspace, repo workspace.Repo, task, hint string) string {
+	t.Helper()
+	dir, err := prepareDir(context.Background(), ws, repo, task, hint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func gitOut(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	args = append([]string{"-c", "user.name=t", "-c", "user.email=t@t"}, args...)
@@ -44,10 +55,7 @@ func TestWorktreeLifecycle(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, remote := setup(t)
 
-	dir, err := prepareDir(ctx, ws, repo, "task-1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := mustPrepareDir(t, ws, repo, "task-1", "")
 	if want := filepath.Join(ws.Root, "worktrees", "widgets", "task-1"); dir != want {
 		t.Errorf("worktree at %s, want %s", dir, want)
 	}
@@ -107,7 +115,6 @@ func TestWorktreeLifecycle(t *testing.T) {
 // A task whose branch was pushed starts from it; a pull request's task
 // starts from its head branch.
 func TestStartPoints(t *testing.T) {
-	ctx := context.Background()
 	ws, repo, remote := setup(t)
 	gitOut(t, remote, "checkout", "-q", "-b", "feature/x")
 	gitOut(t, remote, "commit", "-q", "--allow-empty", "-m", "feature")
@@ -117,17 +124,11 @@ func TestStartPoints(t *testing.T) {
 	pushed := gitOut(t, remote, "rev-parse", "HEAD")
 	gitOut(t, remote, "checkout", "-q", "main")
 
-	dir, err := prepareDir(ctx, ws, repo, "pr-7", "feature/x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := mustPrepareDir(t, ws, repo, "pr-7", "feature/x")
 	if got := gitOut(t, dir, "rev-parse", "HEAD"); got != feature {
 		t.Errorf("pr-7 starts at %s, want feature/x %s", got, feature)
 	}
-	dir, err = prepareDir(ctx, ws, repo, "task-2", "agent/task-2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir = mustPrepareDir(t, ws, repo, "task-2", "agent/task-2")
 	if got := gitOut(t, dir, "rev-parse", "HEAD"); got != pushed {
 		t.Errorf("task-2 starts at %s, want its pushed branch %s", got, pushed)
 	}
@@ -138,10 +139,7 @@ func TestStartPoints(t *testing.T) {
 func TestCleanStaleLocks(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, _ := setup(t)
-	dir, err := prepareDir(ctx, ws, repo, "task-3", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := mustPrepareDir(t, ws, repo, "task-3", "")
 	gitDir, _ := ws.RepoDir("widgets")
 	locks := []string{
 		filepath.Join(gitDir, "index.lock"),
@@ -220,9 +218,7 @@ func gitRun(dir string, args ...string) (string, error) {
 func TestConcurrentPreparesShareFetches(t *testing.T) {
 	ctx := context.Background()
 	ws, repo, remote := setup(t)
-	if _, err := prepareDir(ctx, ws, repo, "warm", ""); err != nil {
-		t.Fatal(err)
-	}
+	mustPrepareDir(t, ws, repo, "warm", "")
 	// Every fetch runs git-upload-pack in the origin: a wrapper counts
 	// them, and is slow enough that the jobs pile up behind one.
 	tmp := t.TempDir()

@@ -43,7 +43,7 @@ func Repo(dir string) error {
 // to its entry, and returns the file's path.
 func Registry(dir, remote, extra string) (string, error) {
 	path := filepath.Join(dir, "projects.yaml")
-	yaml := fmt.Sprintf("projects:\n  - key: %s\n    gitea_repo: acme/widgets\n    clone_url: %s\n    default_branch: main\n%s", ProjectKey, remote, extra)
+	yaml := RegistryYAML("clone_url: "+remote, "default_branch: main") + extra
 	return path, os.WriteFile(path, []byte(yaml), 0o644)
 }
 

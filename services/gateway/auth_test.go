@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 
@@ -25,17 +26,13 @@ const (
 // returns its job id.
 func queueSecretPR(t *testing.T, g *gw) string {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(prBody(t, 91, "opened"), &m); err != nil {
-		t.Fatal(err)
-	}
-	pr := m["pull_request"].(map[string]any)
-	pr["title"], pr["body"] = secretTitle, secretBody
-	body, _ := json.Marshal(m)
-	code, out := g.do(t, http.MethodPost, "/webhooks/gitea", giteaHeaders("pull_request", body), body)
-	var a accepted
-	if err := json.Unmarshal(out, &a); err != nil || code != http.StatusAccepted || len(a.Jobs) != 1 {
-		t.Fatalf("webhook: %d %s", code, out)
+	body := testkit.EditJSON(t, prBody(t, 91, "opened"), func(m map[string]any) {
+		pr := m["pull_request"].(map[string]any)
+		pr["title"], pr["body"] = secretTitle, secretBody
+	})
+	a, out := g.postGitea(t, body)
+	if len(a.Jobs) != 1 {
+		t.Fatalf("webhook: %s, want one job", out)
 	}
 	return a.Jobs[0].ID
 }
@@ -53,9 +50,7 @@ func leaks(body []byte, id string) []string {
 
 func TestReadsNeedTheToken(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := e.start()
-	g.ready(t)
+	_, g := newGateway(t, nil)
 	id := queueSecretPR(t, g)
 
 	reads := []string{"/queue", "/queue?limit=1000", "/jobs/" + id, "/jobs/nope"}
@@ -107,10 +102,7 @@ func TestReadsNeedTheToken(t *testing.T) {
 // open to anyone.
 func TestPrivateEndpointsOffWithoutToken(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.token = ""
-	g := e.start()
-	g.ready(t)
+	_, g := newGateway(t, func(e *env) { e.token = "" })
 	id := queueSecretPR(t, g)
 	for _, rq := range []struct{ method, path string }{
 		{http.MethodGet, "/queue"}, {http.MethodGet, "/jobs/" + id},
@@ -132,12 +124,8 @@ func TestPrivateEndpointsOffWithoutToken(t *testing.T) {
 // one line per time series.
 func series(t *testing.T, g *gw) []string {
 	t.Helper()
-	code, body := g.do(t, http.MethodGet, "/metrics", nil, nil)
-	if code != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", code)
-	}
 	var out []string
-	for l := range strings.SplitSeq(string(body), "\n") {
+	for l := range strings.SplitSeq(g.metrics(t), "\n") {
 		if l == "" || strings.HasPrefix(l, "#") {
 			continue
 		}
@@ -190,9 +178,7 @@ func sendRandom(t *testing.T, g *gw, n int, kind func(i int, event string, h map
 // unknown project, leave /metrics with the same series.
 func TestUnverifiedWebhooksAddNoSeries(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := e.start()
-	g.ready(t)
+	_, g := newGateway(t, nil)
 	before := series(t, g)
 	known := prBody(t, 5, "opened")
 	unknownRepo := bytes.ReplaceAll(known, []byte("acme/widgets"), []byte("evil/elsewhere"))
@@ -250,53 +236,36 @@ func TestUnverifiedWebhooksAddNoSeries(t *testing.T) {
 // A verified delivery names its event only when it is a known one.
 func TestVerifiedWebhookLabels(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := e.start()
-	g.ready(t)
+	_, g := newGateway(t, nil)
 	body := prBody(t, 8, "opened")
 	for _, event := range []string{"wiki", "x-made-up", "pull_request"} {
 		g.do(t, http.MethodPost, "/webhooks/gitea", giteaHeaders(event, body), body)
 	}
-	_, m := g.do(t, http.MethodGet, "/metrics", nil, nil)
+	m := g.metrics(t)
 	for _, want := range []string{
 		`orch_gateway_webhooks_total{event="wiki",outcome="ignored",source="gitea"} 1`,
 		`orch_gateway_webhooks_total{event="other",outcome="ignored",source="gitea"} 1`,
 		`orch_gateway_webhooks_total{event="pull_request",outcome="queued",source="gitea"} 1`,
 	} {
-		if !strings.Contains(string(m), want) {
-			t.Errorf("metrics lack %s:\n%s", want, grep(string(m), "webhooks_total"))
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grep(m, "webhooks_total"))
 		}
 	}
-	if strings.Contains(string(m), "x-made-up") {
-		t.Errorf("a made-up event names a series:\n%s", grep(string(m), "x-made-up"))
+	if strings.Contains(m, "x-made-up") {
+		t.Errorf("a made-up event names a series:\n%s", grep(m, "x-made-up"))
 	}
 }
 
 // A repeated event answers with the same job, marked duplicate.
 func TestRepeatedWebhookSaysDuplicate(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := e.start()
-	g.ready(t)
+	_, g := newGateway(t, nil)
 	body := prBody(t, 12, "opened")
-	post := func() []byte {
-		code, out := g.do(t, http.MethodPost, "/webhooks/gitea", giteaHeaders("pull_request", body), body)
-		if code != http.StatusAccepted {
-			t.Fatalf("webhook: %d %s", code, out)
-		}
-		return out
-	}
-	first := post()
+	a1, first := g.postGitea(t, body)
 	if bytes.Contains(first, []byte(`"duplicate"`)) {
 		t.Errorf("first delivery answered %s, want no duplicate", first)
 	}
-	var a1, a2 struct {
-		Jobs []struct {
-			ID        string `json:"id"`
-			Duplicate bool   `json:"duplicate"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(first, &a1); err != nil || len(a1.Jobs) != 1 {
+	if len(a1.Jobs) != 1 {
 		t.Fatalf("first delivery answered %s, want one job", first)
 	}
 	// On a loaded machine the first delivery may have been spooled (the
@@ -307,8 +276,8 @@ func TestRepeatedWebhookSaysDuplicate(t *testing.T) {
 		}
 		return nil
 	})
-	second := post()
-	if err := json.Unmarshal(second, &a2); err != nil || len(a2.Jobs) != 1 || a2.Jobs[0].ID != a1.Jobs[0].ID || !a2.Jobs[0].Duplicate {
+	a2, second := g.postGitea(t, body)
+	if len(a2.Jobs) != 1 || a2.Jobs[0].ID != a1.Jobs[0].ID || !a2.Jobs[0].Duplicate {
 		t.Errorf("repeated delivery answered %s, want the job of %s with \"duplicate\": true", second, first)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -15,23 +16,18 @@ import (
 // that the agent never loops on its own words.
 func TestOwnTrackingCommentQueuesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	g := e.start()
-	g.ready(t)
+	e, g := newGateway(t, nil)
 	raw, _ := readFixture(t, "gitea/issue_comment__created")
 	body := proto.CommentMarker("4b1d9c2e0f3a5b6c7d8e9f01") + "\n### 🔄 orch · respond · running\n\n> @agent-bot please take this one.\n"
 	for _, tc := range []struct{ name, login string }{
 		{"by agent_user", "agent-bot"},
 		{"by a trusted account carrying the marker", "alice"},
 	} {
-		var m map[string]any
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatal(err)
-		}
-		m["comment"].(map[string]any)["body"] = body
-		m["comment"].(map[string]any)["user"].(map[string]any)["login"] = tc.login
-		m["sender"].(map[string]any)["login"] = tc.login
-		out, _ := json.Marshal(m)
+		out := testkit.EditJSON(t, raw, func(m map[string]any) {
+			m["comment"].(map[string]any)["body"] = body
+			m["comment"].(map[string]any)["user"].(map[string]any)["login"] = tc.login
+			m["sender"].(map[string]any)["login"] = tc.login
+		})
 		code, ans := g.do(t, http.MethodPost, "/webhooks/gitea", giteaHeaders("issue_comment", out), out)
 		var a struct {
 			Ignored string `json:"ignored"`

@@ -1,7 +1,6 @@
 package trigger
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
@@ -49,37 +49,7 @@ func testRegistry(t testing.TB) *registry.Registry {
 // fixture reads a testdata payload and its headers.
 func fixture(t testing.TB, name string) ([]byte, map[string]string) {
 	t.Helper()
-	body, err := os.ReadFile(filepath.Join("..", "testdata", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join("..", "testdata", name+".headers.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h map[string]string
-	if err := json.Unmarshal(raw, &h); err != nil {
-		t.Fatal(err)
-	}
-	return body, h
-}
-
-// mutate applies edit to a JSON body.
-func mutate(t testing.TB, body []byte, edit func(map[string]any)) []byte {
-	t.Helper()
-	if edit == nil {
-		return body
-	}
-	var m map[string]any
-	if err := json.Unmarshal(body, &m); err != nil {
-		t.Fatal(err)
-	}
-	edit(m)
-	out, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testkit.Fixture(t, filepath.Join("..", "testdata"), name)
 }
 
 func obj(m map[string]any, path ...string) map[string]any {
@@ -258,7 +228,7 @@ func TestGitea(t *testing.T) {
 			if tt.event != "" {
 				event = tt.event
 			}
-			d, err := Gitea(reg, event, h[webhook.GiteaDelivery], mutate(t, body, tt.edit), now)
+			d, err := Gitea(reg, event, h[webhook.GiteaDelivery], testkit.EditJSON(t, body, tt.edit), now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,7 +342,7 @@ func TestPlane(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body, h := fixture(t, "plane/"+tt.fixture)
-			d, err := Plane(reg, h[webhook.PlaneEventHeader], h[webhook.PlaneDelivery], mutate(t, body, tt.edit), now)
+			d, err := Plane(reg, h[webhook.PlaneEventHeader], h[webhook.PlaneDelivery], testkit.EditJSON(t, body, tt.edit), now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,7 +376,7 @@ func TestJobIDFollowsContent(t *testing.T) {
 	body, _ := fixture(t, "gitea/pull_request__opened")
 	a, _ := Gitea(reg, "pull_request", "delivery-1", body, now)
 	b, _ := Gitea(reg, "pull_request", "delivery-2", body, now.Add(time.Hour))
-	c, _ := Gitea(reg, "pull_request", "delivery-1", mutate(t, body, func(m map[string]any) {
+	c, _ := Gitea(reg, "pull_request", "delivery-1", testkit.EditJSON(t, body, func(m map[string]any) {
 		obj(m, "pull_request", "head")["sha"] = "ffff"
 	}), now)
 	if a.Jobs[0].ID != b.Jobs[0].ID {

@@ -1,27 +1,16 @@
 package webhook
 
 import (
-	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/orch-dev/orch/kit/testkit"
 )
 
 // The fixture was signed by a real Gitea with secret "fixture-secret".
 func TestVerifyGiteaFixture(t *testing.T) {
-	body, err := os.ReadFile("../testdata/gitea/pull_request__opened.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rawHeaders, err := os.ReadFile("../testdata/gitea/pull_request__opened.headers.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var headers map[string]string
-	if err := json.Unmarshal(rawHeaders, &headers); err != nil {
-		t.Fatal(err)
-	}
+	body, headers := testkit.Fixture(t, "../testdata", "gitea/pull_request__opened")
 	sig := headers[GiteaSignature]
 	tests := []struct {
 		name, secret, sig string

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -28,7 +27,6 @@ import (
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway"
-	"github.com/orch-dev/orch/services/gateway/webhook"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
 )
@@ -112,10 +110,7 @@ func freePorts(t *testing.T, n int) []int {
 	var ports []int
 	var lns []net.Listener
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := testkit.Listen(t)
 		lns = append(lns, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
@@ -146,10 +141,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	common := func(name string) service.Common {
 		return service.Common{NATSURL: c.url(), StreamReplicas: 3, DataDir: filepath.Join(dir, name)}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	sys.gatewayURL = "http://" + ln.Addr().String()
 
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
@@ -178,36 +170,24 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 // (neither published nor spooled) is tried again: it promises nothing.
 func (s *orchSystem) postPR(t *testing.T, pr int) string {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/pull_request__opened.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var payload map[string]any
-	if err := json.Unmarshal(raw, &payload); err != nil {
-		t.Fatal(err)
-	}
-	payload["number"] = pr
-	payload["pull_request"].(map[string]any)["number"] = pr
-	body, _ := json.Marshal(payload)
+	body := testkit.EditJSON(t, testkit.ReadFile(t, "testdata/pull_request__opened.json"), func(m map[string]any) {
+		m["number"] = pr
+		m["pull_request"].(map[string]any)["number"] = pr
+	})
+	h := testkit.GiteaHeaders(clusterGiteaSecret, "pull_request", body)
+	h["X-Gitea-Delivery"] = fmt.Sprintf("delivery-%d", pr)
 
 	var id string
 	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
-		req, _ := http.NewRequest(http.MethodPost, s.gatewayURL+"/webhooks/gitea", strings.NewReader(string(body)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Gitea-Event-Type", "pull_request")
-		req.Header.Set("X-Gitea-Delivery", fmt.Sprintf("delivery-%d", pr))
-		req.Header.Set("X-Gitea-Signature", webhook.Sign(clusterGiteaSecret, body))
-		resp, err := http.DefaultClient.Do(req)
+		code, answer, err := testkit.Post(nil, s.gatewayURL+"/webhooks/gitea", h, body)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
-		answer, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode == http.StatusServiceUnavailable {
+		if code == http.StatusServiceUnavailable {
 			return fmt.Errorf("PR %d: 503 %s", pr, answer)
 		}
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("PR %d: webhook answered %d %s, want 202", pr, resp.StatusCode, answer)
+		if code != http.StatusAccepted {
+			t.Fatalf("PR %d: webhook answered %d %s, want 202", pr, code, answer)
 		}
 		var ans struct {
 			Jobs []struct{ ID string } `json:"jobs"`

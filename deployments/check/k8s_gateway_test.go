@@ -16,27 +16,19 @@ import (
 // claimTemplate returns the volume claim template named volume of the
 // StatefulSet named set, or nil.
 func (o *k8sObjects) claimTemplate(set, volume string) *corev1.PersistentVolumeClaim {
-	for _, s := range o.statefulSets {
-		if s.Name != set {
-			continue
-		}
-		for i := range s.Spec.VolumeClaimTemplates {
-			if c := &s.Spec.VolumeClaimTemplates[i]; c.Name == volume {
-				return c
-			}
+	s := o.statefulSet(set)
+	if s == nil {
+		return nil
+	}
+	for i := range s.Spec.VolumeClaimTemplates {
+		if c := &s.Spec.VolumeClaimTemplates[i]; c.Name == volume {
+			return c
 		}
 	}
 	return nil
 }
 
-func (o *k8sObjects) statefulSet(name string) *appsv1.StatefulSet {
-	for _, s := range o.statefulSets {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
-}
+func (o *k8sObjects) statefulSet(name string) *appsv1.StatefulSet { return named(o.statefulSets, name) }
 
 // The gateway's spool (webhooks that came while JetStream was away) lives
 // on a PersistentVolumeClaim that comes back with the pod, and a rollout

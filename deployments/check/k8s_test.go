@@ -121,38 +121,42 @@ func (o *k8sObjects) decode(doc []byte) error {
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
 		return err
 	}
-	var target any
-	switch tm.APIVersion + " " + tm.Kind {
-	case "apps/v1 Deployment":
-		v := &appsv1.Deployment{}
-		o.deployments, target = append(o.deployments, v), v
-	case "apps/v1 StatefulSet":
-		v := &appsv1.StatefulSet{}
-		o.statefulSets, target = append(o.statefulSets, v), v
-	case "v1 Service":
-		v := &corev1.Service{}
-		o.services, target = append(o.services, v), v
-	case "v1 ConfigMap":
-		v := &corev1.ConfigMap{}
-		o.configMaps, target = append(o.configMaps, v), v
-	case "v1 Secret":
-		v := &corev1.Secret{}
-		o.secrets, target = append(o.secrets, v), v
-	case "policy/v1 PodDisruptionBudget":
-		v := &policyv1.PodDisruptionBudget{}
-		o.pdbs, target = append(o.pdbs, v), v
-	case "networking.k8s.io/v1 Ingress":
-		v := &networkingv1.Ingress{}
-		o.ingresses, target = append(o.ingresses, v), v
-	case "v1 Namespace":
-		v := &corev1.Namespace{}
-		o.namespaces, target = append(o.namespaces, v), v
-	default:
+	add, ok := map[string]func() any{
+		"apps/v1 Deployment":            func() any { return appendNew(&o.deployments) },
+		"apps/v1 StatefulSet":           func() any { return appendNew(&o.statefulSets) },
+		"v1 Service":                    func() any { return appendNew(&o.services) },
+		"v1 ConfigMap":                  func() any { return appendNew(&o.configMaps) },
+		"v1 Secret":                     func() any { return appendNew(&o.secrets) },
+		"policy/v1 PodDisruptionBudget": func() any { return appendNew(&o.pdbs) },
+		"networking.k8s.io/v1 Ingress":  func() any { return appendNew(&o.ingresses) },
+		"v1 Namespace":                  func() any { return appendNew(&o.namespaces) },
+	}[tm.APIVersion+" "+tm.Kind]
+	if !ok {
 		return fmt.Errorf("unexpected kind %q %q", tm.APIVersion, tm.Kind)
 	}
+	target := add()
 	// Strict: a field the API type does not have is an error, as
 	// `kubectl apply --validate=strict` would report it.
 	return yaml.UnmarshalStrict(doc, target)
+}
+
+// appendNew appends a new, empty object to list and returns it, for the
+// decoder to fill.
+func appendNew[T any](list *[]*T) *T {
+	v := new(T)
+	*list = append(*list, v)
+	return v
+}
+
+// named returns the object called name in list, or nil.
+func named[T metav1.Object](list []T, name string) T {
+	for _, o := range list {
+		if o.GetName() == name {
+			return o
+		}
+	}
+	var none T
+	return none
 }
 
 // workload is a Deployment or a StatefulSet: what runs a service's pods.
@@ -188,23 +192,9 @@ func (o *k8sObjects) workload(t *testing.T, component string) workload {
 	return workload{}
 }
 
-func (o *k8sObjects) configMap(name string) *corev1.ConfigMap {
-	for _, c := range o.configMaps {
-		if c.Name == name {
-			return c
-		}
-	}
-	return nil
-}
+func (o *k8sObjects) configMap(name string) *corev1.ConfigMap { return named(o.configMaps, name) }
 
-func (o *k8sObjects) secret(name string) *corev1.Secret {
-	for _, s := range o.secrets {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
-}
+func (o *k8sObjects) secret(name string) *corev1.Secret { return named(o.secrets, name) }
 
 // containerEnv resolves a container's environment as the kubelet would:
 // envFrom ConfigMaps first, then env, with Secret values and field
@@ -485,10 +475,6 @@ func TestKustomizations(t *testing.T) {
 // for what orch's R3 streams need: three clustered JetStream nodes on
 // persistent file storage.
 func TestNATSHelmValues(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(k8sDir, "nats", "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var v struct {
 		Config struct {
 			Cluster struct {
@@ -507,9 +493,7 @@ func TestNATSHelmValues(t *testing.T) {
 			} `json:"jetstream"`
 		} `json:"config"`
 	}
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, filepath.Join(k8sDir, "nats", "values.yaml"), &v)
 	c := v.Config
 	if !c.Cluster.Enabled || c.Cluster.Replicas != 3 {
 		t.Errorf("cluster %+v, want enabled with 3 replicas", c.Cluster)

@@ -1,14 +1,12 @@
 package check
 
 import (
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // listenPort is the port of an ORCH_HTTP_ADDR value such as ":8081".
@@ -93,10 +91,6 @@ func readyPath(component string) string {
 // TestNATSHelmExporter checks the NATS chart values turn on the chart's
 // Prometheus exporter and make its port scraped.
 func TestNATSHelmExporter(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(k8sDir, "nats", "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var v struct {
 		Config struct {
 			Monitor struct {
@@ -115,9 +109,7 @@ func TestNATSHelmExporter(t *testing.T) {
 			} `json:"merge"`
 		} `json:"podTemplate"`
 	}
-	if err := yaml.Unmarshal(data, &v); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, filepath.Join(k8sDir, "nats", "values.yaml"), &v)
 	if !v.Config.Monitor.Enabled || !v.PromExporter.Enabled {
 		t.Errorf("monitor %v, promExporter %v: want both enabled (the exporter reads the monitor port)", v.Config.Monitor.Enabled, v.PromExporter.Enabled)
 	}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,7 +19,6 @@ import (
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway"
-	"github.com/orch-dev/orch/services/gateway/webhook"
 	"github.com/orch-dev/orch/services/notifier"
 	"github.com/orch-dev/orch/services/runner"
 )
@@ -73,12 +70,8 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 	sys.telegram = testkit.NewTelegram(t, "123:abc")
 
 	common := service.Common{NATSURL: srv.URL(), DataDir: dir}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, runnerLn, notifierLn := testkit.Listen(t), testkit.Listen(t), testkit.Listen(t)
 	sys.url = "http://" + ln.Addr().String()
-	runnerLn, notifierLn := listen(t), listen(t)
 	sys.runner, sys.notifier = "http://"+runnerLn.Addr().String(), "http://"+notifierLn.Addr().String()
 	rn := runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
 		RetryDelay: 50 * time.Millisecond, AgentCommand: agentCommand, AckWait: 2 * time.Second,
@@ -103,37 +96,16 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 	return sys
 }
 
-// postPR sends the pull request fixture, changed by edit, signed.
-func (s *system) postPR(t *testing.T, edit func(map[string]any)) (*http.Response, []byte) {
+// postPR sends the pull request fixture, changed by edit, signed, and
+// returns the answer's status code and body.
+func (s *system) postPR(t *testing.T, edit func(map[string]any)) (int, []byte) {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/pull_request__opened.json")
+	raw := testkit.EditJSON(t, testkit.ReadFile(t, "testdata/pull_request__opened.json"), edit)
+	code, body, err := testkit.Post(nil, s.url+"/webhooks/gitea", testkit.GiteaHeaders(giteaSecret, "pull_request", raw), raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var payload map[string]any
-	if err := json.Unmarshal(raw, &payload); err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		edit(payload)
-		if raw, err = json.Marshal(payload); err != nil {
-			t.Fatal(err)
-		}
-	}
-	req, err := http.NewRequest(http.MethodPost, s.url+"/webhooks/gitea", strings.NewReader(string(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Gitea-Event-Type", "pull_request")
-	req.Header.Set("X-Gitea-Signature", webhook.Sign(giteaSecret, raw))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp, body
+	return code, body
 }
 
 // getJSON reads url with the API token.
@@ -195,9 +167,9 @@ func (s *system) runs(t *testing.T, id string) int {
 // the answer names.
 func (s *system) queuePR(t *testing.T, edit func(map[string]any)) string {
 	t.Helper()
-	resp, body := s.postPR(t, edit)
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("webhook answered %d %s, want 202", resp.StatusCode, body)
+	code, body := s.postPR(t, edit)
+	if code != http.StatusAccepted {
+		t.Fatalf("webhook answered %d %s, want 202", code, body)
 	}
 	var ans struct {
 		Jobs []struct{ ID, Kind, Project, Task string } `json:"jobs"`

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -59,10 +58,7 @@ func startLogSystem(t *testing.T) *logSystem {
 	sys := &logSystem{dir: dir, telegram: testkit.NewTelegram(t, "123:abc")}
 	agent := testkit.AgentScript(t, dir, "agent.sh", fmt.Sprintf(agentScript, dir))
 	projects, _ := testkit.Project(t, dir, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testkit.Listen(t)
 	sys.url = "http://" + ln.Addr().String()
 	common := func(name string) service.Common {
 		return service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, name)}

@@ -1,22 +1,12 @@
 package main
 
 import (
-	"net"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/orch-dev/orch/kit/metricstest"
 )
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
 
 // checkMetricsTable scrapes every service (name -> base URL), lints what
 // it serves, and checks it against the README's table both ways: every

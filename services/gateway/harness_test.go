@@ -196,11 +196,12 @@ func prBody(t *testing.T, n int, action string) []byte {
 	})
 }
 
+// giteaHeaders are the headers of a delivery of event with body, signed
+// with giteaSecret, as Gitea sends them.
 func giteaHeaders(event string, body []byte) map[string]string {
-	return map[string]string{
-		"Content-Type": "application/json", webhook.GiteaEventType: event,
-		webhook.GiteaSignature: webhook.Sign(giteaSecret, body), webhook.GiteaDelivery: fmt.Sprint(time.Now().UnixNano()),
-	}
+	h := testkit.GiteaHeaders(giteaSecret, event, body)
+	h[webhook.GiteaDelivery] = fmt.Sprint(time.Now().UnixNano())
+	return h
 }
 
 // accepted is a 202 webhook answer.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -92,27 +93,27 @@ func (s *Server) queueOne(w http.ResponseWriter, r *http.Request, job *proto.Job
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
-	change, err := s.Cancel(r.Context(), id)
-	if err != nil {
-		writeActionError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, change)
+	jobAction(w, r, s.Cancel, func(c *JobChange) (int, any) { return http.StatusOK, c })
 }
 
 func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
+	jobAction(w, r, s.Retry, func(c *JobChange) (int, any) {
+		return http.StatusAccepted, Accepted{Jobs: []JobRef{c.Job}}
+	})
+}
+
+// jobAction runs act on the job the path names and answers with what
+// answer makes of its change, or with act's error.
+func jobAction(w http.ResponseWriter, r *http.Request, act func(ctx context.Context, id string) (*JobChange, error), answer func(*JobChange) (int, any)) {
 	id, ok := jobID(w, r)
 	if !ok {
 		return
 	}
-	change, err := s.Retry(r.Context(), id)
+	change, err := act(r.Context(), id)
 	if err != nil {
 		writeActionError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, Accepted{Jobs: []JobRef{change.Job}})
+	code, body := answer(change)
+	writeJSON(w, code, body)
 }

@@ -23,13 +23,10 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := localNext(q.Get("next"))
 	if tok := q.Get("token"); tok != "" {
 		if !h.keys.tokenOK(tok) {
-			h.cfg.Log.Warn("dashboard login refused: wrong token in the login link")
-			h.render(w, r, http.StatusUnauthorized, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: true}})
+			h.refuseLogin(w, r, next, "dashboard login refused: wrong token in the login link")
 			return
 		}
-		h.setSession(w, r)
-		h.cfg.Log.Info("dashboard login", zap.String("via", "link"))
-		http.Redirect(w, r, next, http.StatusSeeOther)
+		h.logIn(w, r, next, "link")
 		return
 	}
 	if _, ok := h.sessionOf(r); ok {
@@ -50,12 +47,24 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	next := localNext(r.PostFormValue("next"))
 	if !sameOrigin(r) || !h.keys.tokenOK(r.PostFormValue("token")) {
-		h.cfg.Log.Warn("dashboard login refused: wrong token")
-		h.render(w, r, http.StatusUnauthorized, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: true}})
+		h.refuseLogin(w, r, next, "dashboard login refused: wrong token")
 		return
 	}
+	h.logIn(w, r, next, "form")
+}
+
+// refuseLogin logs msg and shows the login form again, saying the token
+// was wrong, with next kept for the next try.
+func (h *Handler) refuseLogin(w http.ResponseWriter, r *http.Request, next, msg string) {
+	h.cfg.Log.Warn(msg)
+	h.render(w, r, http.StatusUnauthorized, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: true}})
+}
+
+// logIn starts a session, logs how the login came (via: link or form)
+// and sends the browser on to next.
+func (h *Handler) logIn(w http.ResponseWriter, r *http.Request, next, via string) {
 	h.setSession(w, r)
-	h.cfg.Log.Info("dashboard login", zap.String("via", "form"))
+	h.cfg.Log.Info("dashboard login", zap.String("via", via))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 

@@ -82,11 +82,7 @@ func (s *system) settled(ctx context.Context, tr *tracker) error {
 	if info.State.Msgs > 0 {
 		return fmt.Errorf("JOBS holds %d messages", info.State.Msgs)
 	}
-	cons, err := s.js.Consumer(ctx, proto.StreamAdvisories, proto.ConsumerNotifier)
-	if err != nil {
-		return err
-	}
-	ci, err := cons.Info(ctx)
+	ci, err := s.consumerInfo(ctx, proto.StreamAdvisories, proto.ConsumerNotifier)
 	if err != nil {
 		return err
 	}

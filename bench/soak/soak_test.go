@@ -313,11 +313,7 @@ func (s *system) ready(ctx context.Context) error {
 		stream, consumer string
 		pullers          int
 	}{{proto.StreamJobs, proto.ConsumerRunner, 2}, {proto.StreamAdvisories, proto.ConsumerNotifier, 1}} {
-		cons, err := s.js.Consumer(ctx, c.stream, c.consumer)
-		if err != nil {
-			return err
-		}
-		info, err := cons.Info(ctx)
+		info, err := s.consumerInfo(ctx, c.stream, c.consumer)
 		if err != nil {
 			return err
 		}
@@ -326,6 +322,15 @@ func (s *system) ready(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// consumerInfo asks JetStream for the state of consumer on stream.
+func (s *system) consumerInfo(ctx context.Context, stream, consumer string) (*jetstream.ConsumerInfo, error) {
+	cons, err := s.js.Consumer(ctx, stream, consumer)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Info(ctx)
 }
 
 // chaos SIGKILLs a runner (r1 and r2 in turn) every killEvery and starts

@@ -25,11 +25,11 @@ import (
 // bench is one run: the server, a client connection for the baselines and
 // the load driver, the built binaries and the running services.
 type bench struct {
-	o        options
-	dir      string
-	srv      *embedded.Server
-	nc       *nats.Conn
-	js       jetstream.JetStream
+	o   options
+	dir string
+	// server is the JetStream server the services and the baselines use,
+	// fsyncing every write.
+	*server
 	bins     map[string]string
 	agent    string // the no-op agent binary
 	registry string
@@ -58,20 +58,7 @@ func setup(ctx context.Context, dir string, o options) (*bench, error) {
 	if b.raw, err = newRawGit(ctx, dir, filepath.Join(dir, "repo"), b.agent); err != nil {
 		return nil, err
 	}
-	b.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "jetstream"), SyncAlways: true})
-	if err != nil {
-		return nil, err
-	}
-	b.nc, err = nats.Connect(b.srv.URL(), nats.MaxReconnects(-1))
-	if err != nil {
-		b.close()
-		return nil, err
-	}
-	b.js, _ = jetstream.New(b.nc, jetstream.WithPublishAsyncMaxPending(4096))
-	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := (proto.Topology{}).Ensure(tctx, b.js); err != nil {
-		b.close()
+	if b.server, err = startServer(ctx, filepath.Join(dir, "jetstream"), true); err != nil {
 		return nil, err
 	}
 	// Enough idle connections that the intake senders never redial.
@@ -85,11 +72,8 @@ func (b *bench) close() {
 			fmt.Fprintf(os.Stderr, "orchbench: %s: %v\n", name, err)
 		}
 	}
-	if b.nc != nil {
-		b.nc.Close()
-	}
-	if b.srv != nil {
-		b.srv.Shutdown()
+	if b.server != nil {
+		b.server.close()
 	}
 }
 

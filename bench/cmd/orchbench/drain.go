@@ -64,26 +64,35 @@ func (b *bench) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 	return nil
 }
 
-func (b *bench) rawDrain(ctx context.Context) (float64, error) {
-	st, err := b.rawStream(ctx, "BENCH_DRAIN", "bench.drain.>")
+// rawDrainConsumer fills a stream of its own, name, on subjects
+// prefix.>, with drainN jobs, the ith with the id and task job names, and
+// returns a consumer of it, durable, shaped as the runner's with ackWait.
+func (b *bench) rawDrainConsumer(ctx context.Context, name, prefix, durable string, ackWait time.Duration, job func(i int) (id, task string)) (jetstream.Consumer, error) {
+	st, err := b.rawStream(ctx, name, prefix+".>")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	msgs := make([]*nats.Msg, b.o.drainN)
 	for i := range msgs {
-		m, _, err := jobMsg("drain-raw-"+strconv.Itoa(i), "t-"+strconv.Itoa(i%tasks))
+		m, _, err := jobMsg(job(i))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		m.Subject = "bench.drain.x"
+		m.Subject = prefix + ".x"
 		msgs[i] = m
 	}
 	if err := b.publishAll(ctx, msgs); err != nil {
-		return 0, err
+		return nil, err
 	}
-	cfg := proto.RunnerConsumer(b.o.concurrency, 3, 5*time.Second)
-	cfg.Durable, cfg.FilterSubject = "raw", ""
-	cons, err := st.CreateOrUpdateConsumer(ctx, cfg)
+	cfg := proto.RunnerConsumer(b.o.concurrency, 3, ackWait)
+	cfg.Durable, cfg.FilterSubject = durable, ""
+	return st.CreateOrUpdateConsumer(ctx, cfg)
+}
+
+func (b *bench) rawDrain(ctx context.Context) (float64, error) {
+	cons, err := b.rawDrainConsumer(ctx, "BENCH_DRAIN", "bench.drain", "raw", 5*time.Second, func(i int) (string, string) {
+		return "drain-raw-" + strconv.Itoa(i), "t-" + strconv.Itoa(i%tasks)
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -96,25 +105,9 @@ func (b *bench) rawDrain(ctx context.Context) (float64, error) {
 // run the agent in it and ack the job with the server's confirmation.
 // It is timed from the first delivery to the last ack.
 func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) {
-	st, err := b.rawStream(ctx, "BENCH_DRAINWORK", "bench.drainwork.>")
-	if err != nil {
-		return 0, err
-	}
-	msgs := make([]*nats.Msg, b.o.drainN)
-	for i := range msgs {
-		m, _, err := jobMsg("drain-work-"+strconv.Itoa(i), "drain-work-"+strconv.Itoa(i))
-		if err != nil {
-			return 0, err
-		}
-		m.Subject = "bench.drainwork.x"
-		msgs[i] = m
-	}
-	if err := b.publishAll(ctx, msgs); err != nil {
-		return 0, err
-	}
-	cfg := proto.RunnerConsumer(b.o.concurrency, 3, 30*time.Second)
-	cfg.Durable, cfg.FilterSubject = "rawwork", ""
-	cons, err := st.CreateOrUpdateConsumer(ctx, cfg)
+	cons, err := b.rawDrainConsumer(ctx, "BENCH_DRAINWORK", "bench.drainwork", "rawwork", 30*time.Second, func(i int) (string, string) {
+		return "drain-work-" + strconv.Itoa(i), "drain-work-" + strconv.Itoa(i)
+	})
 	if err != nil {
 		return 0, err
 	}

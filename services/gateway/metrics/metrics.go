@@ -42,30 +42,18 @@ type Metrics struct {
 // New builds the metrics. spoolDepth and jobCounts are read at every
 // scrape, so the figures are never stale.
 func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
+	f := service.NewMetrics("gateway")
 	m := &Metrics{
-		reg: service.NewRegistry("gateway"),
-		Webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_gateway_webhooks_total",
-			Help: "Webhook deliveries by source, event and outcome.",
-		}, []string{"source", "event", "outcome"}),
-		Publish: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "orch_gateway_publish_seconds",
-			Help:    "Time until JetStream acknowledged a published job.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}),
-		Drained: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orch_gateway_spool_drained_total",
-			Help: "Spooled events carried out once JetStream was back.",
-		}),
-		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_gateway_registry_reloads_total",
-			Help: "Project registry reloads (SIGHUP) by result.",
-		}, []string{"result"}),
+		reg:      f.Registry,
+		Webhooks: f.CounterVec("orch_gateway_webhooks_total", "Webhook deliveries by source, event and outcome.", "source", "event", "outcome"),
+		Publish: f.Histogram("orch_gateway_publish_seconds", "Time until JetStream acknowledged a published job.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}),
+		Drained: f.Counter("orch_gateway_spool_drained_total", "Spooled events carried out once JetStream was back."),
+		Reloads: f.CounterVec("orch_gateway_registry_reloads_total", "Project registry reloads (SIGHUP) by result.", "result"),
 	}
-	spool := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "orch_gateway_spool_depth",
-		Help: "Events kept on local disk, waiting for JetStream.",
-	}, func() float64 { return float64(spoolDepth()) })
+	f.GaugeFunc("orch_gateway_spool_depth", "Events kept on local disk, waiting for JetStream.",
+		func() float64 { return float64(spoolDepth()) })
+	f.Register(jobsCollector{jobCounts})
 	// Every series an unverified delivery can touch exists from the start
 	// (at zero), so a scrape shows the same series before and after any
 	// amount of unauthenticated traffic.
@@ -78,7 +66,6 @@ func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
 	// has a zero to start from.
 	m.Reloads.WithLabelValues("ok")
 	m.Reloads.WithLabelValues("error")
-	m.reg.MustRegister(m.Webhooks, m.Publish, m.Drained, m.Reloads, spool, jobsCollector{jobCounts})
 	return m
 }
 

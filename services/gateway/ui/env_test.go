@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/joblog"
 	"github.com/orch-dev/orch/services/gateway"
@@ -51,41 +51,18 @@ func newEnv(t *testing.T, token string) *env {
 	if err := os.WriteFile(projects, []byte(reg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	ln := testkit.Listen(t)
 	cfg := gateway.Config{
 		Common:   service.Common{NATSURL: srv.URL(), DataDir: dir},
 		Listener: ln, ProjectsFile: projects, GiteaSecret: "g", PlaneSecret: "p", APIToken: token,
 	}
-	go func() { done <- gateway.Run(ctx, cfg, zaptest.NewLogger(t)) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway.Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("gateway did not stop")
-		}
+	log := zaptest.NewLogger(t)
+	testkit.Services(t, map[string]func(context.Context) error{
+		"gateway.Run": func(ctx context.Context) error { return gateway.Run(ctx, cfg, log) },
 	})
 	_, js, kv := natstest.Connect(t, srv)
 	e := &env{t: t, url: "http://" + ln.Addr().String(), js: js, kv: kv, logs: filepath.Join(dir, "logs")}
-	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		resp, err := http.Get(e.url + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz: %d", resp.StatusCode)
-		}
-		return nil
-	})
+	testkit.Ready(t, nil, e.url, 30*time.Second)
 	return e
 }
 

@@ -36,46 +36,40 @@ type orchService struct {
 
 var orchServices = []orchService{
 	{
-		name:   "gateway",
-		config: func() any { return &gateway.Config{} },
-		check: func(e map[string]string) error {
-			var c gateway.Config
-			if err := parseEnv(&c, e); err != nil {
-				return err
-			}
-			c.SetDefaults()
-			return c.Validate()
-		},
+		name:     "gateway",
+		config:   func() any { return &gateway.Config{} },
+		check:    checkConfig[gateway.Config],
 		required: []string{"ORCH_GITEA_SECRET", "ORCH_PLANE_SECRET"},
 	},
 	{
 		name:   "runner",
 		config: func() any { return &runner.Config{} },
-		check: func(e map[string]string) error {
-			var c runner.Config
-			if err := parseEnv(&c, e); err != nil {
-				return err
-			}
-			c.SetDefaults()
-			return c.Validate()
-		},
+		check:  checkConfig[runner.Config],
 	},
 	{
 		name:   "notifier",
 		config: func() any { return &notifier.Config{} },
-		check: func(e map[string]string) error {
-			var c notifier.Config
-			if err := parseEnv(&c, e); err != nil {
-				return err
-			}
-			c.SetDefaults()
-			return c.Validate()
-		},
+		check:  checkConfig[notifier.Config],
 	},
 }
 
 // parseEnv reads cfg from environ as the service reads its environment.
 func parseEnv(cfg any, environ map[string]string) error { return service.Parse(cfg, environ) }
+
+// checkConfig reads a service's Config C from environ as the service
+// does, fills in its defaults and validates it.
+func checkConfig[C any, P interface {
+	*C
+	SetDefaults()
+	Validate() error
+}](environ map[string]string) error {
+	c := P(new(C))
+	if err := parseEnv(c, environ); err != nil {
+		return err
+	}
+	c.SetDefaults()
+	return c.Validate()
+}
 
 func serviceNamed(t *testing.T, name string) orchService {
 	t.Helper()

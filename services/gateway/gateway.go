@@ -138,13 +138,6 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer func() { stopBG(); wg.Wait() }()
-	// Runs first (deferred last): the status records of the last
-	// webhooks are written while NATS is still connected.
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), queue.RetryBudget)
-		defer cancel()
-		q.Close(cctx)
-	}()
 
 	wg.Go(func() {
 		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", log)

@@ -7,19 +7,6 @@
 // catches quick repeats, the job's KV status record (created if absent
 // right after the publish) catches the rest, also after a JetStream
 // restart, when the window has forgotten acked messages.
-//
-// For a webhook the record is created after the answer, not before it:
-// the answer waits for one JetStream write (the publish), not two. The
-// record is only ever created after the ack, so a record still proves a
-// publish. Until it lands (milliseconds) the duplicate window, which
-// holds every publish for DuplicateWindowDefault, dedupes a repeat; a
-// runner that takes the job first writes its running state from absent,
-// and the record's create then finds it and leaves it. If the gateway
-// dies in between, the job is in JetStream without a record: the runner
-// runs it all the same (it writes the record), and only a repeat of the
-// event after the duplicate window has also been lost (a JetStream
-// restart) would queue it again, as when the gateway died between the
-// publish and an answer that waited for the record.
 package queue
 
 import (
@@ -27,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,12 +61,6 @@ type Queue struct {
 	tasks   Tasks
 	metrics *metrics.Metrics
 	conn    atomic.Pointer[conn]
-
-	// recording counts the status records being created after their
-	// webhook was answered; recordCtx ends their retries at Close.
-	recording  sync.WaitGroup
-	recordCtx  context.Context
-	stopRecord context.CancelFunc
 }
 
 type conn struct {
@@ -90,25 +70,8 @@ type conn struct {
 }
 
 // New returns a Queue that spools to sp and finds open jobs in tasks.
-// Close must be called once no more decisions are applied.
 func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, log *zap.Logger) *Queue {
-	q := &Queue{log: log, spool: sp, tasks: tasks, metrics: m}
-	q.recordCtx, q.stopRecord = context.WithCancel(context.Background())
-	return q
-}
-
-// Close waits until ctx ends for the status records still being created,
-// then gives up the rest: their jobs are in JetStream, and the runner
-// that takes one writes its record.
-func (q *Queue) Close(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { q.recording.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	q.stopRecord()
-	<-done
+	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m}
 }
 
 // Connect makes JetStream available to the queue and wakes the spool.
@@ -138,7 +101,7 @@ type Result struct {
 }
 
 // Enqueue publishes job unless it is already known, and records it as
-// queued. It returns only once JetStream holds the job and its record.
+// queued. It returns only once JetStream holds the job.
 //
 // A job is known when the status bucket holds its record, which is only
 // ever created after JetStream acked the job: the record is the proof of
@@ -148,12 +111,6 @@ type Result struct {
 // to a publish that JetStream's duplicate window still remembers, so the
 // publish below is dropped as a duplicate and the record is found there.
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
-	return q.enqueue(ctx, job, false)
-}
-
-// enqueue is Enqueue; with later, the record is created in the background
-// after enqueue returns (see the package comment).
-func (q *Queue) enqueue(ctx context.Context, job *proto.Job, later bool) (Result, error) {
 	c, err := q.ready()
 	if err != nil {
 		return Result{}, err
@@ -171,49 +128,12 @@ func (q *Queue) enqueue(ctx context.Context, job *proto.Job, later bool) (Result
 		return Result{}, fmt.Errorf("publishing job %s: %w", job.ID, err)
 	}
 	q.metrics.ObservePublish(start)
-	if later {
-		q.recording.Add(1)
-		go q.recordLater(c, job)
-		return Result{Duplicate: ack.Duplicate}, nil
-	}
-	if err := record(ctx, c, job); err != nil {
+	// Queue only creates: the runner may already have written a newer
+	// state, which it leaves alone.
+	if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
 		return Result{}, err
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
-}
-
-// record creates the queued record of a published job. Queue only
-// creates: the runner may already have written a newer state, which it
-// leaves alone.
-func record(ctx context.Context, c *conn, job *proto.Job) error {
-	if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
-		return err
-	}
-	return nil
-}
-
-// recordLater creates the record of a published job, retrying until it
-// is written or Close gives up.
-func (q *Queue) recordLater(c *conn, job *proto.Job) {
-	defer q.recording.Done()
-	for {
-		ctx, cancel := context.WithTimeout(q.recordCtx, AttemptTimeout)
-		err := record(ctx, c, job)
-		cancel()
-		if err == nil {
-			return
-		}
-		if q.recordCtx.Err() != nil {
-			q.log.Warn("status record of a queued job not written: the runner writes it when it takes the job",
-				zap.String("job", job.ID), zap.Error(err))
-			return
-		}
-		q.log.Debug("writing status record, retrying", zap.String("job", job.ID), zap.Error(err))
-		select {
-		case <-q.recordCtx.Done():
-		case <-time.After(RetryPause):
-		}
-	}
 }
 
 // Cancel marks job id cancelled (the runners skip or stop it). It returns
@@ -254,11 +174,6 @@ func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string,
 // harmless, so a failed Do may simply be repeated. seen, when not nil, is
 // called for each job JetStream holds, saying whether it already existed.
 func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger, seen func(id string, duplicate bool)) error {
-	return q.do(ctx, d, log, seen, false)
-}
-
-// do is Do; with later, the jobs' records are created in the background.
-func (q *Queue) do(ctx context.Context, d trigger.Decision, log *zap.Logger, seen func(id string, duplicate bool), later bool) error {
 	if d.Cancel != nil {
 		ids, err := q.CancelTask(ctx, d.Cancel.Project, d.Cancel.Task)
 		if err != nil {
@@ -269,7 +184,7 @@ func (q *Queue) do(ctx context.Context, d trigger.Decision, log *zap.Logger, see
 	}
 	for i := range d.Jobs {
 		job := &d.Jobs[i]
-		res, err := q.enqueue(ctx, job, later)
+		res, err := q.Enqueue(ctx, job)
 		if err != nil {
 			return err
 		}
@@ -294,8 +209,7 @@ type Applied struct {
 }
 
 // Apply carries out d for a webhook: now if JetStream answers within
-// RetryBudget, else in the spool. The jobs' status records are created
-// after Apply returns (see the package comment). While the spool holds anything, d joins
+// RetryBudget, else in the spool. While the spool holds anything, d joins
 // it, so events are carried out in the order they arrived. An error means
 // d could be neither carried out nor spooled.
 func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decision, log *zap.Logger) (Applied, error) {
@@ -313,7 +227,7 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 		deadline := time.Now().Add(RetryBudget)
 		for {
 			actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
-			err = q.do(actx, d, log, seen, true)
+			err = q.Do(actx, d, log, seen)
 			cancel()
 			if err == nil {
 				for id, isDup := range dup {

@@ -52,6 +52,8 @@ FUZZ_TARGETS :=
 # --- gateway fuzz targets ---
 FUZZ_TARGETS += services/gateway:webhook:FuzzVerify
 FUZZ_TARGETS += services/gateway:webhook:FuzzParseGitea
+FUZZ_TARGETS += services/gateway:webhook:FuzzParseGiteaMatchesStdlib
+FUZZ_TARGETS += services/gateway:webhook:FuzzValidJSON
 FUZZ_TARGETS += services/gateway:webhook:FuzzParsePlane
 FUZZ_TARGETS += services/gateway:trigger:FuzzGitea
 FUZZ_TARGETS += services/gateway:trigger:FuzzPlane

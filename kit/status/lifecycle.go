@@ -87,6 +87,9 @@ type Transition struct {
 	// apply checks the guard on st (the record as it is now, State absent
 	// when there is none) and changes st, or returns a refusal.
 	apply func(st *proto.Status) error
+	// absentOnly says apply refuses every record but an absent one, so
+	// Apply may try to create the record before reading it.
+	absentOnly bool
 }
 
 // Outcome is how an attempt ended, as the runner records it.
@@ -110,7 +113,7 @@ type Outcome struct {
 // Queue records a new job as queued. Only an absent job can be queued:
 // otherwise ErrExists, and whatever a runner wrote meanwhile stands.
 func Queue(maxAttempts int) Transition {
-	return Transition{Name: "queue", apply: func(st *proto.Status) error {
+	return Transition{Name: "queue", absentOnly: true, apply: func(st *proto.Status) error {
 		if st.State != absent {
 			return ErrExists
 		}

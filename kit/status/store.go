@@ -56,6 +56,28 @@ func (s *Store) Get(ctx context.Context, id string) (*proto.Status, uint64, erro
 // the guard refuses, the record as it is and the refusal (ErrTerminal,
 // ErrSuperseded, ...). A job with no record is presented to t as absent.
 func (s *Store) Apply(ctx context.Context, job *proto.Job, t Transition) (*proto.Status, error) {
+	if t.absentOnly {
+		// Such a record is nearly always new: create it without reading
+		// first (one round trip instead of two), and read only when one
+		// is there already.
+		st := &proto.Status{Job: *job, State: absent}
+		if err := t.apply(st); err != nil {
+			return st, fmt.Errorf("%s %s: %w", t.Name, job.ID, err)
+		}
+		st.Schema = proto.SchemaVersion
+		st.UpdatedAt = s.now()
+		data, err := json.Marshal(st)
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.KV.Create(ctx, job.ID, data)
+		if err == nil {
+			return st, nil
+		}
+		if !isConflict(err) {
+			return nil, fmt.Errorf("writing status of %s (%s): %w", job.ID, t.Name, err)
+		}
+	}
 	for range 20 {
 		st, rev, err := s.Get(ctx, job.ID)
 		if errors.Is(err, ErrNotFound) {

@@ -7,6 +7,7 @@ require (
 	github.com/orch-dev/orch/kit v0.0.0
 	github.com/orch-dev/orch/proto v0.0.0
 	github.com/prometheus/client_golang v1.24.1
+	github.com/valyala/fastjson v1.6.10
 	go.uber.org/zap v1.28.0
 )
 

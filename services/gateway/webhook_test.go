@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 
@@ -26,6 +27,9 @@ func TestBadInput(t *testing.T) {
 	big := append([]byte(`{"pad":"`), bytes.Repeat([]byte("x"), 100<<10)...)
 	big = append(big, `"}`...)
 	form := []byte("payload=" + string(good))
+	wrongType := testkit.EditJSON(t, good, func(v map[string]any) {
+		v["pull_request"].(map[string]any)["number"] = "42"
+	})
 	with := func(h map[string]string, k, v string) map[string]string {
 		out := map[string]string{}
 		for a, b := range h {
@@ -51,6 +55,8 @@ func TestBadInput(t *testing.T) {
 		{"bad signature", "/webhooks/gitea", "POST", with(giteaHeaders("pull_request", good), webhook.GiteaSignature, "deadbeef"), good, 401},
 		{"wrong secret", "/webhooks/gitea", "POST", with(giteaHeaders("pull_request", good), webhook.GiteaSignature, webhook.Sign("other", good)), good, 401},
 		{"malformed JSON, valid signature", "/webhooks/gitea", "POST", giteaHeaders("pull_request", malformed), malformed, 400},
+		{"a field orch reads has the wrong JSON type", "/webhooks/gitea", "POST", giteaHeaders("pull_request", wrongType), wrongType, 400},
+		{"malformed JSON of an event orch does not act on", "/webhooks/gitea", "POST", giteaHeaders("wiki", malformed), malformed, 400},
 		{"missing event type", "/webhooks/gitea", "POST", with(giteaHeaders("pull_request", good), webhook.GiteaEventType, ""), good, 400},
 		{"oversized body", "/webhooks/gitea", "POST", giteaHeaders("pull_request", big), big, 413},
 		{"unknown event type", "/webhooks/gitea", "POST", giteaHeaders("wiki", good), good, 200},
@@ -62,6 +68,12 @@ func TestBadInput(t *testing.T) {
 		{"plane: event header disagrees with body", "/webhooks/plane", "POST", with(planeH, webhook.PlaneEventHeader, "cycle"), planeBody, 400},
 		{"wrong method", "/webhooks/gitea", "GET", nil, nil, 405},
 		{"wrong method on the API", "/queue", "DELETE", nil, nil, 405},
+	}
+	// says holds part of the error answer of some cases: the person
+	// setting up the webhook learns what is wrong.
+	says := map[string]string{
+		"a field orch reads has the wrong JSON type":      "pull_request.number is string, want number",
+		"malformed JSON of an event orch does not act on": "not JSON",
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +87,9 @@ func TestBadInput(t *testing.T) {
 			}
 			if code >= 400 && ans["error"] == nil {
 				t.Errorf("error answer without \"error\": %s", body)
+			}
+			if msg, _ := ans["error"].(string); !strings.Contains(msg, says[tt.name]) {
+				t.Errorf("error %q does not say %q", msg, says[tt.name])
 			}
 		})
 	}

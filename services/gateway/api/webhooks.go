@@ -1,10 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -83,12 +84,17 @@ func (s *Server) planeWebhook(w http.ResponseWriter, r *http.Request) {
 // send an event twice.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSource, secret string) {
 	event, delivery := r.Header.Get(src.eventHeader), r.Header.Get(src.delivery)
-	log := logFrom(r).With(zap.String("source", src.name), zap.String("event", event), zap.String("delivery", delivery))
+	// The delivery's fields go on each line rather than into a derived
+	// logger: most deliveries log nothing but the job lines.
+	log := logFrom(r)
+	fields := func(more ...zap.Field) []zap.Field {
+		return append([]zap.Field{zap.String("source", src.name), zap.String("event", event), zap.String("delivery", delivery)}, more...)
+	}
 	verified := false
 	count := func(outcome string) { s.Metrics.Webhook(src.name, event, verified, outcome) }
 	fail := func(code int, outcome, msg string) {
 		count(outcome)
-		log.Info("webhook refused", zap.Int("status", code), zap.String("reason", msg))
+		log.Info("webhook refused", fields(zap.Int("status", code), zap.String("reason", msg))...)
 		writeError(w, code, msg)
 	}
 
@@ -99,7 +105,9 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 			return
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
+	buf := getBody(r.ContentLength, s.MaxBodyBytes)
+	defer putBody(buf)
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
 		fail(http.StatusRequestEntityTooLarge, metrics.OutcomeTooLarge, "body larger than ORCH_MAX_BODY_BYTES")
@@ -109,6 +117,9 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		fail(http.StatusBadRequest, metrics.OutcomeMalformed, "reading body: "+err.Error())
 		return
 	}
+	// The decision copies what it keeps: body is not used after the
+	// answer, when its buffer goes back to the pool.
+	body := buf.Bytes()
 	if err := webhook.Verify(secret, body, r.Header.Get(src.sigHeader)); err != nil {
 		fail(http.StatusUnauthorized, metrics.OutcomeUnauthorized, err.Error())
 		return
@@ -121,19 +132,19 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 	}
 	if d.Ignored != "" {
 		count(metrics.OutcomeIgnored)
-		log.Info("webhook ignored", zap.String("reason", d.Ignored))
+		log.Info("webhook ignored", fields(zap.String("reason", d.Ignored))...)
 		writeJSON(w, http.StatusOK, Ignored{Ignored: d.Ignored})
 		return
 	}
 	applied, err := s.Queue.Apply(r.Context(), src.name, event, d, log)
 	if err != nil {
 		count(metrics.OutcomeFailed)
-		log.Error("event could be neither queued nor spooled", zap.Error(err))
+		log.Error("event could be neither queued nor spooled", fields(zap.Error(err))...)
 		w.Header().Set("Retry-After", "5")
 		writeError(w, http.StatusServiceUnavailable, "could not queue the event: JetStream unavailable and the spool failed")
 		return
 	}
-	ans := Accepted{Jobs: []JobRef{}, Cancel: d.Cancel, Spooled: applied.Spooled}
+	ans := Accepted{Jobs: make([]JobRef, 0, len(d.Jobs)), Cancel: d.Cancel, Spooled: applied.Spooled}
 	for i := range d.Jobs {
 		ref := refOf(&d.Jobs[i])
 		ref.Duplicate = applied.Duplicate[ref.ID]
@@ -145,6 +156,37 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		count(metrics.OutcomeQueued)
 	}
 	writeJSON(w, http.StatusAccepted, ans)
+}
+
+// bodies holds webhook body buffers for reuse: a Gitea body is about
+// 12 KB, which reading into a fresh slice would grow through several
+// copies on every delivery.
+var bodies sync.Pool
+
+// maxPooledBody bounds the buffers kept in bodies, so one big delivery
+// does not pin its memory.
+const maxPooledBody = 256 << 10
+
+// getBody returns an empty buffer with room for a body of length n (-1
+// when unknown), at most limit.
+func getBody(n, limit int64) *bytes.Buffer {
+	buf, _ := bodies.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	if n > 0 {
+		// ReadFrom wants room for one more read after the last byte.
+		buf.Grow(int(min(n, limit)) + bytes.MinRead)
+	}
+	return buf
+}
+
+func putBody(buf *bytes.Buffer) {
+	if buf.Cap() > maxPooledBody {
+		return
+	}
+	buf.Reset()
+	bodies.Put(buf)
 }
 
 // nowUTC is the server's clock.

@@ -189,7 +189,8 @@ func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger, see
 			return err
 		}
 		log.Info("job queued", zap.String("job", job.ID), zap.String("kind", string(job.Kind)),
-			zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.Bool("duplicate", res.Duplicate))
+			zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.Bool("duplicate", res.Duplicate),
+			zap.String("delivery", job.Source.Delivery))
 		if seen != nil {
 			seen(job.ID, res.Duplicate)
 		}
@@ -244,7 +245,7 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 			case <-time.After(RetryPause):
 			}
 		}
-		log.Warn("jetstream unavailable, spooling the event", zap.Error(err))
+		log.Warn("jetstream unavailable, spooling the event", zap.String("source", source), zap.String("event", event), zap.Error(err))
 	}
 	e := &spool.Entry{Source: source, Event: event, Cancel: d.Cancel, Jobs: d.Jobs, SpooledAt: time.Now().UTC()}
 	seq, serr := q.spool.Append(e)
@@ -252,10 +253,12 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 		return Applied{}, errors.Join(err, serr)
 	}
 	for _, j := range d.Jobs {
-		log.Info("job spooled", zap.String("job", j.ID), zap.Uint64("seq", seq), zap.String("kind", string(j.Kind)))
+		log.Info("job spooled", zap.String("job", j.ID), zap.Uint64("seq", seq), zap.String("kind", string(j.Kind)),
+			zap.String("source", source), zap.String("event", event), zap.String("delivery", j.Source.Delivery))
 	}
 	if d.Cancel != nil {
-		log.Info("task cancel spooled", zap.String("task", d.Cancel.Task), zap.Uint64("seq", seq))
+		log.Info("task cancel spooled", zap.String("task", d.Cancel.Task), zap.Uint64("seq", seq),
+			zap.String("source", source), zap.String("event", event))
 	}
 	return Applied{Spooled: true}, nil
 }

@@ -117,7 +117,7 @@ func (g giteaCtx) comment(ev *webhook.GiteaCommentEvent) Decision {
 	switch {
 	case ev.PullRequest != nil:
 		task = prTask(ev.PullRequest)
-	case ev.IsPull || is.PullRequest != nil || g.eventType == "pull_request_comment":
+	case ev.IsPull || is.IsPullRequest || g.eventType == "pull_request_comment":
 		task = proto.Task{ID: fmt.Sprintf("pr-%d", is.Number), Title: is.Title, Body: is.Body, URL: is.HTMLURL, PR: is.Number}
 	default:
 		task = proto.Task{ID: fmt.Sprintf("issue-%d", is.Number), Title: is.Title, Body: is.Body, URL: is.HTMLURL}

@@ -10,25 +10,25 @@ import (
 )
 
 // seeds returns every fixture body of a sender with its event header.
-func seeds(f *testing.F, sender, header string) [][2]string {
-	f.Helper()
+func seeds(tb testing.TB, sender, header string) [][2]string {
+	tb.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "testdata", sender, "*.headers.json"))
 	if err != nil || len(files) == 0 {
-		f.Fatalf("no fixtures for %s: %v", sender, err)
+		tb.Fatalf("no fixtures for %s: %v", sender, err)
 	}
 	var out [][2]string
 	for _, hf := range files {
 		raw, err := os.ReadFile(hf)
 		if err != nil {
-			f.Fatal(err)
+			tb.Fatal(err)
 		}
 		var h map[string]string
 		if err := json.Unmarshal(raw, &h); err != nil {
-			f.Fatal(err)
+			tb.Fatal(err)
 		}
 		body, err := os.ReadFile(strings.TrimSuffix(hf, ".headers.json") + ".json")
 		if err != nil {
-			f.Fatal(err)
+			tb.Fatal(err)
 		}
 		out = append(out, [2]string{h[header], string(body)})
 	}

@@ -1,8 +1,9 @@
 package webhook
 
 import (
-	"encoding/json"
 	"fmt"
+
+	"github.com/valyala/fastjson"
 )
 
 // Gitea headers.
@@ -20,121 +21,108 @@ const (
 	GiteaEventCoarse = "X-Gitea-Event"
 )
 
+// The payload types hold only what the trigger reads; every other member
+// of a delivery is checked to be JSON and otherwise skipped, whatever its
+// type. The field comments name the JSON members.
+
 // GiteaUser is an account in a Gitea payload.
 type GiteaUser struct {
-	ID       int64  `json:"id"`
-	Login    string `json:"login"`
-	Email    string `json:"email"`
-	FullName string `json:"full_name"`
+	Login string // login
+	Email string // email
 }
 
 // GiteaRepo is the repository a delivery is about.
 type GiteaRepo struct {
-	ID       int64  `json:"id"`
-	FullName string `json:"full_name"`
-	HTMLURL  string `json:"html_url"`
-	CloneURL string `json:"clone_url"`
+	FullName string // full_name
 }
 
 // GiteaBranch is one side of a pull request.
 type GiteaBranch struct {
-	Ref string `json:"ref"`
-	SHA string `json:"sha"`
+	Ref string // ref
+	SHA string // sha
 }
 
 // GiteaPullRequest is the pull_request object.
 type GiteaPullRequest struct {
-	ID       int64       `json:"id"`
-	Number   int         `json:"number"`
-	Title    string      `json:"title"`
-	Body     string      `json:"body"`
-	HTMLURL  string      `json:"html_url"`
-	State    string      `json:"state"`
-	Merged   bool        `json:"merged"`
-	User     GiteaUser   `json:"user"`
-	Head     GiteaBranch `json:"head"`
-	Base     GiteaBranch `json:"base"`
-	ClosedAt string      `json:"closed_at"`
+	Number   int         // number
+	Title    string      // title
+	Body     string      // body
+	HTMLURL  string      // html_url
+	Head     GiteaBranch // head
+	ClosedAt string      // closed_at
 }
 
 // GiteaReview is the review of a pull_request_review_* delivery.
 type GiteaReview struct {
-	Type    string `json:"type"`
-	Content string `json:"content"`
+	Content string // content
 }
 
 // GiteaPullRequestEvent is the body of pull_request* deliveries, the
 // review ones included (they carry Review).
 type GiteaPullRequestEvent struct {
-	Action      string            `json:"action"`
-	Number      int               `json:"number"`
-	PullRequest *GiteaPullRequest `json:"pull_request"`
-	Review      *GiteaReview      `json:"review"`
-	Repository  GiteaRepo         `json:"repository"`
-	Sender      GiteaUser         `json:"sender"`
+	Action      string            // action
+	PullRequest *GiteaPullRequest // pull_request
+	Review      *GiteaReview      // review
+	Repository  GiteaRepo         // repository
+	Sender      GiteaUser         // sender
 }
 
 // GiteaIssue is the issue object; a pull request's conversation is one.
 type GiteaIssue struct {
-	ID      int64     `json:"id"`
-	Number  int       `json:"number"`
-	Title   string    `json:"title"`
-	Body    string    `json:"body"`
-	HTMLURL string    `json:"html_url"`
-	State   string    `json:"state"`
-	User    GiteaUser `json:"user"`
-	// PullRequest is set (without branches) when the issue is a pull
-	// request.
-	PullRequest *struct {
-		HTMLURL string `json:"html_url"`
-	} `json:"pull_request"`
+	Number  int    // number
+	Title   string // title
+	Body    string // body
+	HTMLURL string // html_url
+	// IsPullRequest says the issue is a pull request: Gitea then sets its
+	// pull_request member (an object without branches).
+	IsPullRequest bool
 }
 
 // GiteaComment is one comment.
 type GiteaComment struct {
-	ID        int64     `json:"id"`
-	HTMLURL   string    `json:"html_url"`
-	Body      string    `json:"body"`
-	User      GiteaUser `json:"user"`
-	CreatedAt string    `json:"created_at"`
+	ID        int64     // id
+	Body      string    // body
+	User      GiteaUser // user
+	CreatedAt string    // created_at
 }
 
 // GiteaCommentEvent is the body of issue_comment and pull_request_comment
 // deliveries.
 type GiteaCommentEvent struct {
-	Action  string        `json:"action"`
-	Issue   *GiteaIssue   `json:"issue"`
-	Comment *GiteaComment `json:"comment"`
+	Action  string        // action
+	Issue   *GiteaIssue   // issue
+	Comment *GiteaComment // comment
 	// PullRequest is sent by some Gitea versions with pull request
 	// comments; it names the head branch.
-	PullRequest *GiteaPullRequest `json:"pull_request"`
-	IsPull      bool              `json:"is_pull"`
-	Repository  GiteaRepo         `json:"repository"`
-	Sender      GiteaUser         `json:"sender"`
+	PullRequest *GiteaPullRequest // pull_request
+	IsPull      bool              // is_pull
+	Repository  GiteaRepo         // repository
+	Sender      GiteaUser         // sender
+}
+
+// GiteaWorkflow is the workflow of a workflow_run delivery.
+type GiteaWorkflow struct {
+	Name string // name
 }
 
 // GiteaWorkflowRun is the workflow_run object.
 type GiteaWorkflowRun struct {
-	ID           int64  `json:"id"`
-	HTMLURL      string `json:"html_url"`
-	DisplayTitle string `json:"display_title"`
-	RunAttempt   int64  `json:"run_attempt"`
-	HeadSHA      string `json:"head_sha"`
-	HeadBranch   string `json:"head_branch"`
-	Status       string `json:"status"`
-	Conclusion   string `json:"conclusion"`
+	ID           int64  // id
+	HTMLURL      string // html_url
+	DisplayTitle string // display_title
+	RunAttempt   int64  // run_attempt
+	HeadSHA      string // head_sha
+	HeadBranch   string // head_branch
+	Conclusion   string // conclusion
 }
 
 // GiteaWorkflowRunEvent is the body of workflow_run deliveries.
 type GiteaWorkflowRunEvent struct {
-	Action   string `json:"action"`
-	Workflow *struct {
-		Name string `json:"name"`
-		Path string `json:"path"`
-	} `json:"workflow"`
-	WorkflowRun *GiteaWorkflowRun `json:"workflow_run"`
-	Repository  GiteaRepo         `json:"repository"`
-	Sender      GiteaUser         `json:"sender"`
+	Action      string            // action
+	Workflow    *GiteaWorkflow    // workflow
+	WorkflowRun *GiteaWorkflowRun // workflow_run
+	Repository  GiteaRepo         // repository
+	Sender      GiteaUser         // sender
 }
 
 // GiteaEvent is one parsed Gitea delivery: exactly one of the pointers is
@@ -164,55 +152,221 @@ func (e *GiteaEvent) Repo() string {
 // no payload and no error; a body that is not the JSON its type promises
 // is an error wrapping ErrMalformed.
 func ParseGitea(eventType string, body []byte) (*GiteaEvent, error) {
-	ev := &GiteaEvent{Type: eventType}
-	var (
-		target any
-		check  func() error
-	)
-	switch eventType {
-	case "":
+	if eventType == "" {
 		return nil, fmt.Errorf("%w: missing %s header", ErrMalformed, GiteaEventType)
+	}
+	p := parsers.Get()
+	defer parsers.Put(p)
+	// Even an event orch does not read must be JSON: a form-encoded or
+	// garbled body is a misconfigured webhook, and the sender should
+	// hear it.
+	v, err := parseJSON(p, body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s payload is not JSON: %v", ErrMalformed, eventType, err)
+	}
+	ev := &GiteaEvent{Type: eventType}
+	r := reader{path: make([][]byte, 0, 4)}
+	switch eventType {
 	case "pull_request", "pull_request_sync", "pull_request_review_rejected",
 		"pull_request_review_approved", "pull_request_review_comment":
 		ev.PullRequest = &GiteaPullRequestEvent{}
-		target = ev.PullRequest
-		check = func() error {
-			if ev.PullRequest.PullRequest == nil {
-				return fmt.Errorf("no pull_request")
-			}
-			return nil
+		r.pullRequestEvent(v, ev.PullRequest)
+		if r.err == nil && ev.PullRequest.PullRequest == nil {
+			r.err = fmt.Errorf("no pull_request")
 		}
 	case "issue_comment", "pull_request_comment":
 		ev.Comment = &GiteaCommentEvent{}
-		target = ev.Comment
-		check = func() error {
-			if ev.Comment.Issue == nil || ev.Comment.Comment == nil {
-				return fmt.Errorf("no issue or comment")
-			}
-			return nil
+		r.commentEvent(v, ev.Comment)
+		if r.err == nil && (ev.Comment.Issue == nil || ev.Comment.Comment == nil) {
+			r.err = fmt.Errorf("no issue or comment")
 		}
 	case "workflow_run":
 		ev.WorkflowRun = &GiteaWorkflowRunEvent{}
-		target = ev.WorkflowRun
-		check = func() error {
-			if ev.WorkflowRun.WorkflowRun == nil {
-				return fmt.Errorf("no workflow_run")
-			}
-			return nil
+		r.workflowRunEvent(v, ev.WorkflowRun)
+		if r.err == nil && ev.WorkflowRun.WorkflowRun == nil {
+			r.err = fmt.Errorf("no workflow_run")
 		}
-	default:
-		// Still insist on JSON: a form-encoded or garbled body is a
-		// misconfigured webhook, and the sender should hear it.
-		if !json.Valid(body) {
-			return nil, fmt.Errorf("%w: %s payload is not JSON", ErrMalformed, eventType)
-		}
-		return ev, nil
 	}
-	if err := json.Unmarshal(body, target); err != nil {
-		return nil, fmt.Errorf("%w: %s payload: %v", ErrMalformed, eventType, err)
-	}
-	if err := check(); err != nil {
-		return nil, fmt.Errorf("%w: %s payload: %v", ErrMalformed, eventType, err)
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: %s payload: %v", ErrMalformed, eventType, r.err)
 	}
 	return ev, nil
+}
+
+func (r *reader) pullRequestEvent(v *fastjson.Value, ev *GiteaPullRequestEvent) {
+	r.object(nil, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "action":
+			r.str(k, v, &ev.Action)
+		case "pull_request":
+			ptr(r, k, v, &ev.PullRequest, (*reader).pullRequest)
+		case "review":
+			ptr(r, k, v, &ev.Review, (*reader).review)
+		case "repository":
+			r.repo(k, v, &ev.Repository)
+		case "sender":
+			r.user(k, v, &ev.Sender)
+		}
+	})
+}
+
+func (r *reader) commentEvent(v *fastjson.Value, ev *GiteaCommentEvent) {
+	r.object(nil, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "action":
+			r.str(k, v, &ev.Action)
+		case "issue":
+			ptr(r, k, v, &ev.Issue, (*reader).issue)
+		case "comment":
+			ptr(r, k, v, &ev.Comment, (*reader).comment)
+		case "pull_request":
+			ptr(r, k, v, &ev.PullRequest, (*reader).pullRequest)
+		case "is_pull":
+			r.bool(k, v, &ev.IsPull)
+		case "repository":
+			r.repo(k, v, &ev.Repository)
+		case "sender":
+			r.user(k, v, &ev.Sender)
+		}
+	})
+}
+
+func (r *reader) workflowRunEvent(v *fastjson.Value, ev *GiteaWorkflowRunEvent) {
+	r.object(nil, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "action":
+			r.str(k, v, &ev.Action)
+		case "workflow":
+			ptr(r, k, v, &ev.Workflow, func(r *reader, k []byte, v *fastjson.Value, w *GiteaWorkflow) {
+				r.object(k, v, func(k []byte, v *fastjson.Value) {
+					if string(k) == "name" {
+						r.str(k, v, &w.Name)
+					}
+				})
+			})
+		case "workflow_run":
+			ptr(r, k, v, &ev.WorkflowRun, (*reader).workflowRun)
+		case "repository":
+			r.repo(k, v, &ev.Repository)
+		case "sender":
+			r.user(k, v, &ev.Sender)
+		}
+	})
+}
+
+func (r *reader) user(key []byte, v *fastjson.Value, u *GiteaUser) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "login":
+			r.str(k, v, &u.Login)
+		case "email":
+			r.str(k, v, &u.Email)
+		}
+	})
+}
+
+func (r *reader) repo(key []byte, v *fastjson.Value, repo *GiteaRepo) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		if string(k) == "full_name" {
+			r.str(k, v, &repo.FullName)
+		}
+	})
+}
+
+func (r *reader) pullRequest(key []byte, v *fastjson.Value, pr *GiteaPullRequest) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "number":
+			r.int(k, v, &pr.Number)
+		case "title":
+			r.str(k, v, &pr.Title)
+		case "body":
+			r.str(k, v, &pr.Body)
+		case "html_url":
+			r.str(k, v, &pr.HTMLURL)
+		case "closed_at":
+			r.str(k, v, &pr.ClosedAt)
+		case "head":
+			r.object(k, v, func(k []byte, v *fastjson.Value) {
+				switch string(k) {
+				case "ref":
+					r.str(k, v, &pr.Head.Ref)
+				case "sha":
+					r.str(k, v, &pr.Head.SHA)
+				}
+			})
+		}
+	})
+}
+
+func (r *reader) review(key []byte, v *fastjson.Value, rv *GiteaReview) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		if string(k) == "content" {
+			r.str(k, v, &rv.Content)
+		}
+	})
+}
+
+func (r *reader) issue(key []byte, v *fastjson.Value, is *GiteaIssue) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "number":
+			r.int(k, v, &is.Number)
+		case "title":
+			r.str(k, v, &is.Title)
+		case "body":
+			r.str(k, v, &is.Body)
+		case "html_url":
+			r.str(k, v, &is.HTMLURL)
+		case "pull_request":
+			switch v.Type() {
+			case fastjson.TypeNull:
+				is.IsPullRequest = false
+			default:
+				is.IsPullRequest = true
+				r.object(k, v, func(k []byte, v *fastjson.Value) {
+					if string(k) == "html_url" {
+						var url string
+						r.str(k, v, &url)
+					}
+				})
+			}
+		}
+	})
+}
+
+func (r *reader) comment(key []byte, v *fastjson.Value, c *GiteaComment) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "id":
+			r.int64(k, v, &c.ID)
+		case "body":
+			r.str(k, v, &c.Body)
+		case "user":
+			r.user(k, v, &c.User)
+		case "created_at":
+			r.str(k, v, &c.CreatedAt)
+		}
+	})
+}
+
+func (r *reader) workflowRun(key []byte, v *fastjson.Value, run *GiteaWorkflowRun) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "id":
+			r.int64(k, v, &run.ID)
+		case "html_url":
+			r.str(k, v, &run.HTMLURL)
+		case "display_title":
+			r.str(k, v, &run.DisplayTitle)
+		case "run_attempt":
+			r.int64(k, v, &run.RunAttempt)
+		case "head_sha":
+			r.str(k, v, &run.HeadSHA)
+		case "head_branch":
+			r.str(k, v, &run.HeadBranch)
+		case "conclusion":
+			r.str(k, v, &run.Conclusion)
+		}
+	})
 }

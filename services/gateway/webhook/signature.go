@@ -20,13 +20,22 @@ func Verify(secret string, body []byte, sig string) error {
 	if secret == "" || sig == "" {
 		return ErrSignature
 	}
-	got, err := hex.DecodeString(sig)
-	if err != nil || len(got) != sha256.Size {
+	// Both sums live on the stack: a delivery costs no allocation here
+	// beyond the HMAC itself.
+	var (
+		hexSig    [2 * sha256.Size]byte
+		got, want [sha256.Size]byte
+	)
+	if len(sig) != len(hexSig) {
+		return ErrSignature
+	}
+	copy(hexSig[:], sig)
+	if _, err := hex.Decode(got[:], hexSig[:]); err != nil {
 		return ErrSignature
 	}
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)
-	if !hmac.Equal(got, mac.Sum(nil)) {
+	if !hmac.Equal(got[:], mac.Sum(want[:0])) {
 		return ErrSignature
 	}
 	return nil

@@ -1,0 +1,165 @@
+package agent
+
+// The agent's output, when Spec.Output is set.
+//
+// The agent's stdout and stderr are then one pipe, and this process drains
+// it: each chunk goes to the log file in one large write and to
+// Spec.Output in memory. A write to a pipe costs the agent less than a
+// write to a file, where the filesystem does its bookkeeping on every
+// write; what must hold for that to stay true:
+//
+//   - The drain never waits in the kernel on an empty pipe while the
+//     agent prints: a write into an empty pipe that a reader waits on
+//     wakes that reader, and a wakeup per line costs the agent more than
+//     the file did. So the read end is not in Go's poller (epoll would be
+//     woken by every write), and after a read that emptied the pipe the
+//     drain sleeps readGap before it looks again, letting output gather.
+//     Only when a look finds nothing does it wait in poll(2), so an idle
+//     agent's next line is still seen at once.
+//   - The pipe holds pipeSize (the kernel's default cap), so the agent
+//     prints on while the drain sleeps or writes the file.
+//   - Nothing but the local disk can hold the agent up: Output must not
+//     block (the log stream's publisher buffers and drops, it never
+//     waits on the network), and a stalled disk stops the drain only as
+//     it stopped an agent writing its own file, once the pipe is full.
+//   - Run returns only once the drain has read to the end of the pipe,
+//     so the file and Output hold all the output. A descendant that
+//     somehow outlives the supervisor's sweep and keeps the pipe open
+//     holds Run up for OutputWaitDelay at most; then the pipe is closed
+//     and such a process gets EPIPE.
+//
+// If the runner dies during an attempt, the output still in the pipe and
+// in the drain's buffer is lost with it, and so is the end of the log
+// file; the agent dies with the runner (see supervisor.go), so there is
+// no later output to miss.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// OutputWaitDelay bounds how long Run waits, once the agent and everything
+// it started are gone, for the end of their output.
+const OutputWaitDelay = 2 * time.Second
+
+const (
+	pipeSize = 1 << 20
+	readSize = 256 << 10
+	// readGap is the pause after a read that emptied the pipe.
+	readGap = 2 * time.Millisecond
+	// pollWait is how long one wait for output lasts before the drain
+	// checks whether it was told to give up.
+	pollWait = 100 * time.Millisecond
+)
+
+// drain copies the agent's output pipe to the log file and an in-memory
+// writer. Its goroutine ends at the end of the pipe or when abandoned.
+type drain struct {
+	fd      int // the pipe's read end, non-blocking
+	file    *os.File
+	out     io.Writer
+	abandon chan struct{}
+	done    chan struct{}
+	fileErr error
+}
+
+// outputPipe returns the read end (a raw, non-blocking descriptor, outside
+// Go's poller) and the write end (blocking, as the agent expects its
+// stdout to be) of a new pipe.
+func outputPipe() (int, *os.File, error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return -1, nil, err
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		_ = unix.Close(fds[0])
+		_ = unix.Close(fds[1])
+		return -1, nil, err
+	}
+	// A smaller pipe only means the agent waits for the drain sooner:
+	// the size is a wish (a user past its pipe quota gets EPERM).
+	_, _ = unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, pipeSize)
+	return fds[0], os.NewFile(uintptr(fds[1]), "agent-output"), nil
+}
+
+// startDrain drains fd into file and out until the pipe's end.
+func startDrain(fd int, file *os.File, out io.Writer) *drain {
+	d := &drain{fd: fd, file: file, out: out, abandon: make(chan struct{}), done: make(chan struct{})}
+	go d.run()
+	return d
+}
+
+func (d *drain) run() {
+	defer close(d.done)
+	buf := make([]byte, readSize)
+	fds := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}}
+	for {
+		select {
+		case <-d.abandon:
+			return
+		default:
+		}
+		n, err := unix.Read(d.fd, buf)
+		switch {
+		case n > 0:
+			d.copy(buf[:n])
+			if n < len(buf) {
+				time.Sleep(readGap)
+			}
+		case err == nil: // the end: every write end is closed
+			return
+		case errors.Is(err, unix.EAGAIN):
+			if _, err := unix.Poll(fds, int(pollWait.Milliseconds())); err != nil && !errors.Is(err, unix.EINTR) {
+				d.note("orch: waiting for agent output: %v\n", err)
+				return
+			}
+		case errors.Is(err, unix.EINTR):
+		default:
+			d.note("orch: reading agent output: %v\n", err)
+			return
+		}
+	}
+}
+
+// copy writes a chunk to the file and to out. After the file's first
+// error, out alone gets the output.
+func (d *drain) copy(b []byte) {
+	if d.fileErr == nil {
+		if _, err := d.file.Write(b); err != nil {
+			d.fileErr = err
+			_, _ = fmt.Fprintf(d.out, "orch: writing the local log file failed, it ends here: %v\n", err)
+		}
+	}
+	_, _ = d.out.Write(b)
+}
+
+// Write adds the runner's own lines after the agent's output; call it
+// only once the drain has ended.
+func (d *drain) Write(b []byte) (int, error) {
+	d.copy(b)
+	return len(b), nil
+}
+
+func (d *drain) note(format string, args ...any) {
+	d.copy(fmt.Appendf(nil, format, args...))
+}
+
+// wait waits for the end of the output, at most delay, and closes the
+// pipe. Call it once the supervisor has been reaped.
+func (d *drain) wait(delay time.Duration) {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-d.done:
+	case <-t.C:
+		close(d.abandon)
+		<-d.done
+		d.note("orch: output ignored after the agent ended: a process left behind still held it open after %v\n", delay)
+	}
+	_ = unix.Close(d.fd)
+}

@@ -63,6 +63,10 @@ type Result struct {
 	// and the context's error when ctx ended the run.
 	Err      error
 	Duration time.Duration
+	// CPU is the processor time, user and system, that the agent and
+	// the processes it waited for used (with the supervisor's own, a few
+	// milliseconds).
+	CPU time.Duration
 }
 
 // Run starts the agent and waits for it. Cancelling ctx stops the whole
@@ -190,16 +194,17 @@ func run(ctx context.Context, s Spec) Result {
 	}
 
 	code := cmd.ProcessState.ExitCode()
+	res := Result{ExitCode: code, CPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	switch {
 	case stopErr != nil:
 		fmt.Fprintf(notes, "\norch: agent stopped: %v\n", stopErr)
-		return Result{ExitCode: code, Err: stopErr}
+		res.Err = stopErr
 	case code == 127 && waitErr != nil:
-		return Result{ExitCode: code, Err: fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", waitErr)}
+		res.Err = fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", waitErr)
 	case waitErr != nil:
-		return Result{ExitCode: code, Err: fmt.Errorf("agent exited: %w", waitErr)}
+		res.Err = fmt.Errorf("agent exited: %w", waitErr)
 	}
-	return Result{ExitCode: 0}
+	return res
 }
 
 // stop asks the supervisor to stop the agent: it sends SIGTERM to the

@@ -8,14 +8,15 @@ package agent
 // write to a file, where the filesystem does its bookkeeping on every
 // write; what must hold for that to stay true:
 //
-//   - The drain never waits in the kernel on an empty pipe while the
-//     agent prints: a write into an empty pipe that a reader waits on
-//     wakes that reader, and a wakeup per line costs the agent more than
-//     the file did. So the read end is not in Go's poller (epoll would be
-//     woken by every write), and after a read that emptied the pipe the
-//     drain sleeps readGap before it looks again, letting output gather.
-//     Only when a look finds nothing does it wait in poll(2), so an idle
-//     agent's next line is still seen at once.
+//   - The drain never waits in the kernel for output. A write into a pipe
+//     that a reader waits on (in read, or in poll or epoll, which mark the
+//     pipe for good) wakes that reader, and a wakeup per line costs the
+//     agent more than the file did. So the read end is non-blocking and
+//     outside Go's poller, and the drain sleeps between reads: readGap
+//     after a read that emptied the pipe, letting output gather, and
+//     twice as long after each read that found nothing, up to idleGap.
+//     An idle agent's next line is seen within idleGap, well inside the
+//     log stream's batching delay.
 //   - The pipe holds pipeSize (the kernel's default cap), so the agent
 //     prints on while the drain sleeps or writes the file.
 //   - Nothing but the local disk can hold the agent up: Output must not
@@ -52,9 +53,8 @@ const (
 	readSize = 256 << 10
 	// readGap is the pause after a read that emptied the pipe.
 	readGap = 2 * time.Millisecond
-	// pollWait is how long one wait for output lasts before the drain
-	// checks whether it was told to give up.
-	pollWait = 100 * time.Millisecond
+	// idleGap is the longest pause, reached while the agent is silent.
+	idleGap = 50 * time.Millisecond
 )
 
 // drain copies the agent's output pipe to the log file and an in-memory
@@ -97,31 +97,40 @@ func startDrain(fd int, file *os.File, out io.Writer) *drain {
 func (d *drain) run() {
 	defer close(d.done)
 	buf := make([]byte, readSize)
-	fds := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}}
+	gap := time.Duration(0)
 	for {
-		select {
-		case <-d.abandon:
-			return
-		default:
+		if gap > 0 {
+			t := time.NewTimer(gap)
+			select {
+			case <-d.abandon:
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
 		n, err := unix.Read(d.fd, buf)
 		switch {
 		case n > 0:
 			d.copy(buf[:n])
-			if n < len(buf) {
-				time.Sleep(readGap)
+			gap = readGap
+			if n == len(buf) {
+				gap = 0 // there may be more at once
 			}
 		case err == nil: // the end: every write end is closed
 			return
 		case errors.Is(err, unix.EAGAIN):
-			if _, err := unix.Poll(fds, int(pollWait.Milliseconds())); err != nil && !errors.Is(err, unix.EINTR) {
-				d.note("orch: waiting for agent output: %v\n", err)
-				return
-			}
+			gap = min(max(2*gap, readGap), idleGap)
 		case errors.Is(err, unix.EINTR):
 		default:
 			d.note("orch: reading agent output: %v\n", err)
 			return
+		}
+		if gap == 0 {
+			select {
+			case <-d.abandon:
+				return
+			default:
+			}
 		}
 	}
 }

@@ -116,8 +116,9 @@ type Publisher struct {
 	partial    []byte // a line not yet ended
 	cont       bool   // partial continues a line cut earlier
 	skipping   bool   // dropping: skip to the next line break
-	text, raw  []byte // the open batch
-	differs    bool   // text is not raw
+	text, raw  []byte // the open batch; text only once differs
+	differs    bool   // the readable form is not raw
+	line       []byte // scratch: one line's readable form
 	batchStart time.Time
 	pending    []outMsg
 	pendingLen int
@@ -288,22 +289,41 @@ func (p *Publisher) addLine(line []byte, ended bool) {
 	if len(p.raw) == 0 {
 		p.batchStart = time.Now()
 	}
-	start, rawStart := len(p.text), len(p.raw)
+	rawStart := len(p.raw)
 	p.raw = append(p.raw, line...)
 	if ended {
 		p.raw = append(p.raw, '\n')
 	}
-	if ended && !p.cont {
-		p.text = p.r.Line(p.text, line)
+	// While the batch's readable form is its raw bytes, p.text is not
+	// kept: most output is plain text, and a second copy of it costs the
+	// runner as much as everything else it does with the output.
+	render := ended && !p.cont
+	if !p.differs && utf8.Valid(line) && (!render || !IsEvent(line)) {
+		p.sealIfFull()
+		return
+	}
+	readable := p.line[:0]
+	if render {
+		readable = p.r.Line(readable, line)
 	} else {
-		p.text = AppendEscaped(p.text, line)
+		readable = AppendEscaped(readable, line)
 		if ended {
-			p.text = append(p.text, '\n')
+			readable = append(readable, '\n')
 		}
 	}
-	if !p.differs && !bytes.Equal(p.text[start:], p.raw[rawStart:]) {
+	p.line = readable
+	switch {
+	case p.differs:
+		p.text = append(p.text, readable...)
+	case !bytes.Equal(readable, p.raw[rawStart:]):
+		p.text = append(append(p.text[:0], p.raw[:rawStart]...), readable...)
 		p.differs = true
 	}
+	p.sealIfFull()
+}
+
+// sealIfFull seals the batch once it holds BatchBytes.
+func (p *Publisher) sealIfFull() {
 	if len(p.raw) >= p.cfg.BatchBytes || len(p.text) >= p.cfg.BatchBytes {
 		p.seal()
 	}

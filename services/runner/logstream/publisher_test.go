@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,4 +188,49 @@ func benchAgentOutput(b *testing.B, benchAgent string) {
 	b.ReportMetric(ms(plain.wall), "devnull-ms/run")
 	b.ReportMetric(ms(file.wall), "file-ms/run")
 	b.ReportMetric(ms(orch.wall), "orch-ms/run")
+}
+
+// One batch that mixes plain lines, Claude Code events, a JSON line the
+// renderer shows as it is and invalid UTF-8: the readable view renders
+// each line in place, the raw view is the agent's bytes, and the
+// progress counts the events.
+func TestViewsOfAMixedBatch(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, _ := natstest.Connect(t, srv)
+	events, err := os.ReadFile("testdata/success.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := "plain before\n{\"not\":\"an event\"}\n" + string(events) + "bad \xff byte\nplain after\n"
+	r := NewRenderer()
+	var want []byte
+	for line := range strings.Lines(raw) {
+		want = r.Line(want, []byte(strings.TrimSuffix(line, "\n")))
+	}
+	cfg := Config{JS: js, JobID: "mixed", Attempt: 1}
+	p := Start(cfg)
+	// Written in pieces that cut lines, as the runner's reads do.
+	for chunk := range slices.Chunk([]byte(raw), 97) {
+		_, _ = p.Write(chunk)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if st := p.Close(ctx); !st.Ended || st.Messages != 3 {
+		t.Fatalf("stats %+v: want the end published after one text and one raw message", st)
+	}
+	if prog, _ := p.Progress(); prog != r.Progress() || prog.Turns == 0 {
+		t.Errorf("progress %+v, want %+v", prog, r.Progress())
+	}
+	for _, view := range []struct {
+		raw  bool
+		want string
+	}{{false, string(want)}, {true, raw}} {
+		var buf bytes.Buffer
+		if err := joblog.Copy(ctx, js, cfg.JobID, cfg.Attempt, &buf, joblog.ReadOptions{Raw: view.raw}); err != nil {
+			t.Fatal(err)
+		}
+		if buf.String() != view.want {
+			t.Errorf("raw=%v view:\n%s\nwant:\n%s", view.raw, buf.String(), view.want)
+		}
+	}
 }

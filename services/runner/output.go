@@ -24,15 +24,18 @@ const LogDrainTimeout = 10 * time.Second
 
 // runAgent runs the agent while its output is published to JOBS_LOGS and
 // its progress recorded, then publishes the rest of its output. The
-// runner drains the agent's output into its log file and the publisher,
-// which never waits on JetStream, so an outage never holds the agent up
-// (packages agent and logstream).
+// runner drains the agent's output pipe into its log file, which the
+// publisher follows, so an outage never holds the agent up (packages
+// agent and logstream).
 func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec) agent.Result {
+	// A file left by an earlier run on this host would be read as this
+	// attempt's output before the agent's run truncates it.
+	_ = os.Remove(spec.LogPath)
 	pub := logstream.Start(logstream.Config{
-		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt,
+		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt, Path: spec.LogPath,
 		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer),
 	})
-	spec.Output = pub
+	spec.Drained = pub.Wake
 	progCtx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
 	progDone := make(chan struct{})
 	go func() {

@@ -41,12 +41,11 @@ type Spec struct {
 	Stdin string
 	// LogPath receives stdout and stderr; its directory is created.
 	LogPath string
-	// Output, when set, receives stdout and stderr too, as they come: the
-	// agent then writes into a pipe that the runner drains into LogPath
-	// and Output (see output.go). Output must never block; it is written
-	// from one goroutine at a time and its errors are ignored. When nil,
-	// the agent writes LogPath itself.
-	Output io.Writer
+	// Drained, when set, has the agent write into a pipe that the runner
+	// drains into LogPath in large writes (see output.go), and is called
+	// after each of those writes, so that a reader of the file need not
+	// poll. It must not block. When nil, the agent writes LogPath itself.
+	Drained func()
 	// Timeout is the watchdog; zero means none.
 	Timeout time.Duration
 	// KillGrace is the time between SIGTERM and SIGKILL to the group.
@@ -119,13 +118,14 @@ func run(ctx context.Context, s Spec) Result {
 	// own lines after the agent's output.
 	out, notes := logf, io.Writer(logf)
 	var outR int
-	if s.Output != nil {
+	if s.Drained != nil {
 		r, w, err := outputPipe()
 		if err != nil {
 			return Result{ExitCode: -1, Err: fmt.Errorf("creating output pipe: %w", err)}
 		}
 		defer w.Close()
-		out, outR, notes = w, r, io.MultiWriter(logf, s.Output)
+		defer s.Drained() // the runner's own notes
+		out, outR = w, r
 	}
 
 	grace := cmp.Or(s.KillGrace, KillGraceDefault)
@@ -153,7 +153,7 @@ func run(ctx context.Context, s Spec) Result {
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		_ = ctlR.Close()
-		if s.Output != nil {
+		if s.Drained != nil {
 			_ = unix.Close(outR)
 		}
 		fmt.Fprintf(notes, "orch: starting agent supervisor: %v\n", err)
@@ -161,12 +161,11 @@ func run(ctx context.Context, s Spec) Result {
 	}
 	_ = ctlR.Close()
 	var dr *drain
-	if s.Output != nil {
+	if s.Drained != nil {
 		// The supervisor and the agent hold the write end now; the
 		// pipe ends when the last of them is gone.
 		_ = out.Close()
-		dr = startDrain(outR, logf, s.Output)
-		notes = dr
+		dr = startDrain(outR, logf, s.Drained)
 	}
 
 	done := make(chan error, 1)

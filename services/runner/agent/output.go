@@ -1,12 +1,13 @@
 package agent
 
-// The agent's output, when Spec.Output is set.
+// The agent's output, when Spec.Drained is set.
 //
 // The agent's stdout and stderr are then one pipe, and this process drains
-// it: each chunk goes to the log file in one large write and to
-// Spec.Output in memory. A write to a pipe costs the agent less than a
-// write to a file, where the filesystem does its bookkeeping on every
-// write; what must hold for that to stay true:
+// it into the log file in large writes, calling Spec.Drained after each,
+// so that the log stream's publisher reads the file at once. A write to a
+// pipe costs the agent less than a write to a file, where the filesystem
+// does its bookkeeping on every write; what must hold for that to stay
+// true:
 //
 //   - The drain never waits in the kernel for output. A write into a pipe
 //     that a reader waits on (in read, or in poll or epoll, which mark the
@@ -19,15 +20,15 @@ package agent
 //     log stream's batching delay.
 //   - The pipe holds pipeSize (the kernel's default cap), so the agent
 //     prints on while the drain sleeps or writes the file.
-//   - Nothing but the local disk can hold the agent up: Output must not
-//     block (the log stream's publisher buffers and drops, it never
-//     waits on the network), and a stalled disk stops the drain only as
-//     it stopped an agent writing its own file, once the pipe is full.
+//   - The drain does nothing but read and write: the network never holds
+//     the agent up, and a stalled disk stops the drain only as it stopped
+//     an agent writing its own file, once the pipe is full. The file is
+//     the publisher's buffer, as it was when the agent wrote it.
 //   - Run returns only once the drain has read to the end of the pipe,
-//     so the file and Output hold all the output. A descendant that
-//     somehow outlives the supervisor's sweep and keeps the pipe open
-//     holds Run up for OutputWaitDelay at most; then the pipe is closed
-//     and such a process gets EPIPE.
+//     so the file holds all the output. A descendant that somehow
+//     outlives the supervisor's sweep and keeps the pipe open holds Run
+//     up for OutputWaitDelay at most; then the pipe is closed and such a
+//     process gets EPIPE.
 //
 // If the runner dies during an attempt, the output still in the pipe and
 // in the drain's buffer is lost with it, and so is the end of the log
@@ -37,7 +38,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -57,15 +57,14 @@ const (
 	idleGap = 50 * time.Millisecond
 )
 
-// drain copies the agent's output pipe to the log file and an in-memory
-// writer. Its goroutine ends at the end of the pipe or when abandoned.
+// drain copies the agent's output pipe to the log file. Its goroutine
+// ends at the end of the pipe or when abandoned.
 type drain struct {
 	fd      int // the pipe's read end, non-blocking
 	file    *os.File
-	out     io.Writer
+	drained func()
 	abandon chan struct{}
 	done    chan struct{}
-	fileErr error
 }
 
 // outputPipe returns the read end (a raw, non-blocking descriptor, outside
@@ -87,9 +86,9 @@ func outputPipe() (int, *os.File, error) {
 	return fds[0], os.NewFile(uintptr(fds[1]), "agent-output"), nil
 }
 
-// startDrain drains fd into file and out until the pipe's end.
-func startDrain(fd int, file *os.File, out io.Writer) *drain {
-	d := &drain{fd: fd, file: file, out: out, abandon: make(chan struct{}), done: make(chan struct{})}
+// startDrain drains fd into file until the pipe's end.
+func startDrain(fd int, file *os.File, drained func()) *drain {
+	d := &drain{fd: fd, file: file, drained: drained, abandon: make(chan struct{}), done: make(chan struct{})}
 	go d.run()
 	return d
 }
@@ -135,23 +134,11 @@ func (d *drain) run() {
 	}
 }
 
-// copy writes a chunk to the file and to out. After the file's first
-// error, out alone gets the output.
+// copy writes a chunk to the file. A write that fails (a full disk)
+// loses the chunk, as it would have lost the agent's own write.
 func (d *drain) copy(b []byte) {
-	if d.fileErr == nil {
-		if _, err := d.file.Write(b); err != nil {
-			d.fileErr = err
-			_, _ = fmt.Fprintf(d.out, "orch: writing the local log file failed, it ends here: %v\n", err)
-		}
-	}
-	_, _ = d.out.Write(b)
-}
-
-// Write adds the runner's own lines after the agent's output; call it
-// only once the drain has ended.
-func (d *drain) Write(b []byte) (int, error) {
-	d.copy(b)
-	return len(b), nil
+	_, _ = d.file.Write(b)
+	d.drained()
 }
 
 func (d *drain) note(format string, args ...any) {

@@ -62,21 +62,13 @@ func (p *Publisher) keepTail(text []byte) {
 }
 
 // publish sends the queued messages in order until one fails; after a
-// failure it waits a moment before it tries again, while Write goes on
-// batching. p.mu is not held: it is taken only around the queue, never
-// during a send.
+// failure it waits a moment before it tries again, reading on meanwhile.
 func (p *Publisher) publish() {
 	if time.Now().Before(p.retryAt) {
 		return
 	}
-	for {
-		p.mu.Lock()
-		if len(p.pending) == 0 {
-			p.mu.Unlock()
-			return
-		}
+	for len(p.pending) > 0 {
 		m := p.pending[0]
-		p.mu.Unlock()
 		if err := p.send(m); err != nil {
 			if !p.failing {
 				p.cfg.Log.Warn("publishing agent output: will retry, buffering meanwhile", zap.String("subject", p.subject), zap.Error(err))
@@ -89,8 +81,6 @@ func (p *Publisher) publish() {
 			p.cfg.Log.Info("publishing agent output again", zap.String("subject", p.subject))
 			p.failing = false
 		}
-		p.mu.Lock()
-		p.stats.Messages++
 		p.pending[0] = outMsg{}
 		p.pending = p.pending[1:]
 		p.pendingLen -= len(m.data)
@@ -99,7 +89,6 @@ func (p *Publisher) publish() {
 			// when the agent prints its next line.
 			p.dropNote()
 		}
-		p.mu.Unlock()
 	}
 }
 
@@ -109,8 +98,11 @@ func (p *Publisher) send(m outMsg) error {
 	msg := &nats.Msg{Subject: p.subject, Data: m.data, Header: nats.Header{}}
 	msg.Header.Set(joblog.HeaderKind, m.kind)
 	msg.Header.Set(proto.HeaderMsgID, m.id)
-	_, err := p.cfg.JS.PublishMsg(ctx, msg)
-	return err
+	if _, err := p.cfg.JS.PublishMsg(ctx, msg); err != nil {
+		return err
+	}
+	p.stats.Messages++
+	return nil
 }
 
 // finish publishes the rest once the agent has ended: the line it left
@@ -118,7 +110,6 @@ func (p *Publisher) send(m outMsg) error {
 // message with the tail of the readable view. It tries until the
 // Publisher's context ends (Close gave up).
 func (p *Publisher) finish() {
-	p.mu.Lock()
 	if len(p.partial) > 0 {
 		p.addLine(p.partial, false)
 		p.partial = p.partial[:0]
@@ -127,27 +118,20 @@ func (p *Publisher) finish() {
 	p.seal()
 	p.seq++
 	p.pending = append(p.pending, outMsg{kind: joblog.KindEnd, data: append([]byte(nil), joblog.TrimToLines(p.tail, TailBytes)...), id: p.msgID()})
-	p.mu.Unlock()
 	for {
 		p.retryAt = time.Time{}
 		p.publish()
-		p.mu.Lock()
-		left := p.pendingLen
 		if len(p.pending) == 0 {
-			p.stats.Ended = true
-			p.mu.Unlock()
-			return
+			break
 		}
-		p.mu.Unlock()
 		select {
 		case <-p.ctx.Done():
-			p.mu.Lock()
-			p.stats.Unpublished = left
-			p.mu.Unlock()
+			p.stats.Unpublished = p.pendingLen
 			p.cfg.Log.Warn("agent output not published: JetStream unreachable until the attempt's deadline",
-				zap.String("subject", p.subject), zap.Int("bytes", left))
+				zap.String("subject", p.subject), zap.Int("bytes", p.pendingLen))
 			return
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+	p.stats.Ended = true
 }

@@ -2,11 +2,12 @@
 // while the agent runs, in the format of package joblog, and renders
 // Claude Code's stream-json into readable lines on the way (render.go).
 //
-// The runner drains the agent's output pipe and writes each chunk to a
-// Publisher (see agent.Spec.Output). Write never waits on the network: it
-// batches the output in memory, and a goroutine of the Publisher
-// publishes the batches, so a slow or absent JetStream only delays what
-// is published and never holds the agent up. What must hold:
+// The runner drains the agent's output pipe into the attempt's log file
+// (see agent.Spec.Drained); a Publisher follows that file, woken by Wake
+// after each write, and polling besides. So the agent never waits on the
+// network, and the file is the buffer: a slow JetStream only delays what
+// is published, and an absent one loses only what passes BufferBytes
+// meanwhile, in the stream, never in the file. What must hold:
 //
 //   - Output is published in order, in batches: a batch is sealed when it
 //     holds BatchBytes or when its first line is FlushInterval old, so a
@@ -17,7 +18,7 @@
 //   - Output waiting for JetStream is bounded by BufferBytes. What comes
 //     while the buffer is full is skipped whole lines at a time and
 //     counted, and a line in the log itself says how much was dropped,
-//     where it was dropped. The local log file keeps everything.
+//     where it was dropped. The file keeps everything.
 //   - Every message carries a Nats-Msg-Id unique to the attempt and the
 //     batch, so a publish retried after a lost ack is stored once.
 //   - The last message is joblog.KindEnd, carrying the end of the
@@ -28,7 +29,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -44,6 +48,7 @@ import (
 const (
 	BatchBytesDefault     = 128 << 10
 	FlushIntervalDefault  = 300 * time.Millisecond
+	PollIntervalDefault   = 100 * time.Millisecond
 	BufferBytesDefault    = 8 << 20
 	PublishTimeoutDefault = 2 * time.Second
 	// MaxPayloadDefault is nats-server's default max payload, used when
@@ -56,12 +61,14 @@ const (
 	headerRoom = 1 << 10
 )
 
-// Config says whose output a Publisher carries and where it publishes.
+// Config says what a Publisher follows and where it publishes.
 type Config struct {
 	JS      jetstream.JetStream
 	Log     *zap.Logger
 	JobID   string
 	Attempt int
+	// Path is the agent's log file. It need not exist yet.
+	Path string
 	// MaxPayload is the server's max payload (nats.Conn.MaxPayload).
 	// Default MaxPayloadDefault.
 	MaxPayload int64
@@ -71,6 +78,9 @@ type Config struct {
 	// FlushInterval seals a batch this long after its first line.
 	// Default FlushIntervalDefault.
 	FlushInterval time.Duration
+	// PollInterval is how often the file is checked for output when Wake
+	// is not called. Default PollIntervalDefault.
+	PollInterval time.Duration
 	// BufferBytes bounds the output waiting for JetStream. Default
 	// BufferBytesDefault.
 	BufferBytes int
@@ -80,7 +90,7 @@ type Config struct {
 
 // Stats say what became of the output once a Publisher is closed.
 type Stats struct {
-	// Bytes is the output written to the Publisher.
+	// Bytes is the output read from the file.
 	Bytes int64
 	// Messages is how many messages were published.
 	Messages int
@@ -93,24 +103,22 @@ type Stats struct {
 	Ended bool
 }
 
-// Publisher carries one attempt's output to JOBS_LOGS. Start it before
-// the agent, write the agent's output to it, Close it once the agent has
-// ended.
+// Publisher follows one attempt's log file and publishes it. Start it
+// before the agent, Close it once the agent has ended.
 type Publisher struct {
 	cfg     Config
 	subject string
-	wake    chan struct{} // a message is pending
+	wake    chan struct{}
 	ending  chan struct{}
 	done    chan struct{}
 	stop    context.CancelFunc
 	ctx     context.Context
 
-	// mu guards the output's way from Write to the messages that wait
-	// for JetStream: Write batches under it, the run goroutine takes the
-	// messages under it and publishes them without it.
-	mu         sync.Mutex
-	progress   Progress
-	activity   time.Time
+	mu       sync.Mutex // guards progress and activity
+	progress Progress
+	activity time.Time
+
+	// Owned by the run goroutine; Close reads stats once it has ended.
 	stats      Stats
 	r          *Renderer
 	partial    []byte // a line not yet ended
@@ -124,12 +132,10 @@ type Publisher struct {
 	pendingLen int
 	seq        int
 	tail       []byte
+	retryAt    time.Time
+	failing    bool
 	notedBytes int64
 	notedLines int64
-
-	// Owned by the run goroutine.
-	retryAt time.Time
-	failing bool
 }
 
 type outMsg struct {
@@ -138,12 +144,12 @@ type outMsg struct {
 	id   string
 }
 
-// Start starts a Publisher's goroutine, which publishes what is written
-// to it.
+// Start starts following cfg.Path.
 func Start(cfg Config) *Publisher {
 	cfg.MaxPayload = cmp.Or(cfg.MaxPayload, MaxPayloadDefault)
 	cfg.BatchBytes = min(cmp.Or(cfg.BatchBytes, BatchBytesDefault), int(cfg.MaxPayload)-headerRoom)
 	cfg.FlushInterval = cmp.Or(cfg.FlushInterval, FlushIntervalDefault)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
 	cfg.BufferBytes = cmp.Or(cfg.BufferBytes, BufferBytesDefault)
 	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, PublishTimeoutDefault)
 	if cfg.Log == nil {
@@ -167,26 +173,17 @@ func (p *Publisher) Progress() (Progress, time.Time) {
 	return p.progress, p.activity
 }
 
-// Write takes a chunk of the agent's output. It never waits on
-// JetStream: the output joins the open batch, or is dropped while the
-// buffer is full. It always returns len(b), nil.
-func (p *Publisher) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	p.consume(b)
-	ready := len(p.pending) > 0
-	p.mu.Unlock()
-	if ready {
-		select {
-		case p.wake <- struct{}{}:
-		default:
-		}
+// Wake tells p that the file has grown, so that it reads it at once
+// rather than at its next poll. It never blocks.
+func (p *Publisher) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
 	}
-	return len(b), nil
 }
 
-// Close publishes the rest of the output and the end message, and
-// returns what became of the output. It gives up when ctx ends. Nothing
-// may be written to p once Close is called.
+// Close reads the rest of the file, publishes it and the end message,
+// and returns what became of the output. It gives up when ctx ends.
 func (p *Publisher) Close(ctx context.Context) Stats {
 	close(p.ending)
 	select {
@@ -196,30 +193,56 @@ func (p *Publisher) Close(ctx context.Context) Stats {
 		<-p.done
 	}
 	p.stop()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	// The run goroutine, which owns stats, has ended.
 	return p.stats
 }
 
-// run publishes the pending messages as they come, and seals a batch
-// once its first line is FlushInterval old.
 func (p *Publisher) run() {
 	defer close(p.done)
-	tick := time.NewTicker(p.cfg.FlushInterval / 4)
+	var f *os.File
+	defer func() {
+		if f != nil {
+			_ = f.Close()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	tick := time.NewTicker(p.cfg.PollInterval)
 	defer tick.Stop()
+	ending := false
 	for {
-		p.mu.Lock()
+		if f == nil {
+			if fh, err := os.Open(p.cfg.Path); err == nil {
+				f = fh
+			}
+		}
+		// Read all there is, publishing as batches fill.
+		for f != nil {
+			n, err := f.Read(buf)
+			if n > 0 {
+				p.consume(buf[:n])
+				p.publish()
+			}
+			if n == 0 || err != nil {
+				if err != nil && !errors.Is(err, io.EOF) {
+					p.cfg.Log.Warn("reading agent log", zap.Error(err))
+				}
+				break
+			}
+		}
+		if ending {
+			p.finish()
+			return
+		}
 		if len(p.raw) > 0 && time.Since(p.batchStart) >= p.cfg.FlushInterval {
 			p.seal()
 		}
-		p.mu.Unlock()
 		p.publish()
 		select {
 		case <-p.ctx.Done():
 			return
 		case <-p.ending:
-			p.finish()
-			return
+			// One more read to the end of the file, then finish.
+			ending = true
 		case <-p.wake:
 		case <-tick.C:
 		}
@@ -227,10 +250,11 @@ func (p *Publisher) run() {
 }
 
 // consume splits a chunk of output into lines and adds them to the batch.
-// p.mu is held.
 func (p *Publisher) consume(chunk []byte) {
 	p.stats.Bytes += int64(len(chunk))
+	p.mu.Lock()
 	p.activity = time.Now()
+	p.mu.Unlock()
 	for len(chunk) > 0 {
 		i := bytes.IndexByte(chunk, '\n')
 		if i < 0 {
@@ -249,7 +273,10 @@ func (p *Publisher) consume(chunk []byte) {
 		p.partial, p.cont = p.partial[:0], false
 		chunk = chunk[i+1:]
 	}
-	p.progress = p.r.Progress()
+	prog := p.r.Progress()
+	p.mu.Lock()
+	p.progress = prog
+	p.mu.Unlock()
 }
 
 // cutLong publishes the start of a line too long for one message, kept

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,12 +42,12 @@ while [ ! -e %[1]s/go2 ]; do sleep 0.02; done
 echo "phase3 end"
 `, dir)
 	logPath := filepath.Join(dir, "agent.log")
-	cfg := Config{JS: js, JobID: "restart", Attempt: 1, BufferBytes: 16 << 10, PublishTimeout: 500 * time.Millisecond}
+	cfg := Config{JS: js, JobID: "restart", Attempt: 1, Path: logPath, BufferBytes: 16 << 10, PublishTimeout: 500 * time.Millisecond}
 	p := Start(cfg)
 	ctx := context.Background()
 	done := make(chan agent.Result, 1)
 	go func() {
-		done <- agent.Run(ctx, agent.Spec{Argv: []string{"sh", "-c", script}, Dir: dir, Env: os.Environ(), LogPath: logPath, Output: p, Timeout: time.Minute})
+		done <- agent.Run(ctx, agent.Spec{Argv: []string{"sh", "-c", script}, Dir: dir, Env: os.Environ(), LogPath: logPath, Drained: p.Wake, Timeout: time.Minute})
 	}()
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if got := readLog(t, ctx, p, cfg); got != "phase1 start\n" {
@@ -124,6 +122,36 @@ echo "phase3 end"
 	}
 }
 
+// An agent that prints far faster than JetStream stores loses nothing:
+// the log file holds what JetStream has not taken yet.
+func TestFastAgentLosesNothing(t *testing.T) {
+	srv := natstest.Server(t)
+	_, js, _ := natstest.Connect(t, srv)
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "agent.log")
+	// Batches of 4 KiB and a buffer of 128 KiB: far less than the
+	// agent prints while the first messages are stored.
+	cfg := Config{JS: js, JobID: "fast", Attempt: 1, Path: logPath, BatchBytes: 4 << 10, BufferBytes: 128 << 10}
+	p := Start(cfg)
+	res := agent.Run(context.Background(), agent.Spec{Argv: []string{"sh", "-c", `seq 1 200000`}, Dir: dir, Env: os.Environ(), LogPath: logPath, Drained: p.Wake, Timeout: time.Minute})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := p.Close(ctx)
+	if !st.Ended || st.DroppedBytes != 0 {
+		t.Fatalf("stats %+v: want all published", st)
+	}
+	var want strings.Builder
+	for i := 1; i <= 200000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if got := readLog(t, ctx, p, cfg); got != want.String() {
+		t.Errorf("stream has %d bytes, want the %d of seq 1 200000", len(got), want.Len())
+	}
+}
+
 func touch(t *testing.T, path string) {
 	t.Helper()
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
@@ -159,8 +187,8 @@ func benchAgentOutput(b *testing.B, benchAgent string) {
 	srv := natstest.Server(b)
 	nc, js, _ := natstest.Connect(b, srv)
 	dir := b.TempDir()
-	run := func(t *benchTimes, logPath string, out io.Writer) {
-		res := agent.Run(context.Background(), agent.Spec{Argv: []string{"sh", "-c", benchAgent}, Dir: dir, Env: os.Environ(), LogPath: logPath, Output: out})
+	run := func(t *benchTimes, logPath string, drained func()) {
+		res := agent.Run(context.Background(), agent.Spec{Argv: []string{"sh", "-c", benchAgent}, Dir: dir, Env: os.Environ(), LogPath: logPath, Drained: drained})
 		if res.Err != nil {
 			b.Fatal(res.Err)
 		}
@@ -171,11 +199,12 @@ func benchAgentOutput(b *testing.B, benchAgent string) {
 	for i := 0; b.Loop(); i++ {
 		run(&plain, os.DevNull, nil)
 		run(&file, filepath.Join(dir, fmt.Sprintf("file-%d.log", i)), nil)
-		p := Start(Config{JS: js, JobID: "bench", Attempt: i + 1, MaxPayload: nc.MaxPayload()})
-		run(&orch, filepath.Join(dir, fmt.Sprintf("%d.log", i)), p)
+		path := filepath.Join(dir, fmt.Sprintf("%d.log", i))
+		p := Start(Config{JS: js, JobID: "bench", Attempt: i + 1, Path: path, MaxPayload: nc.MaxPayload()})
+		run(&orch, path, p.Wake)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if st := p.Close(ctx); !st.Ended {
-			b.Errorf("output not published: %+v", st)
+		if st := p.Close(ctx); !st.Ended || st.DroppedBytes > 0 {
+			b.Errorf("output not all published: %+v", st)
 		}
 		cancel()
 	}
@@ -207,12 +236,11 @@ func TestViewsOfAMixedBatch(t *testing.T) {
 	for line := range strings.Lines(raw) {
 		want = r.Line(want, []byte(strings.TrimSuffix(line, "\n")))
 	}
-	cfg := Config{JS: js, JobID: "mixed", Attempt: 1}
-	p := Start(cfg)
-	// Written in pieces that cut lines, as the runner's reads do.
-	for chunk := range slices.Chunk([]byte(raw), 97) {
-		_, _ = p.Write(chunk)
+	cfg := Config{JS: js, JobID: "mixed", Attempt: 1, Path: filepath.Join(t.TempDir(), "agent.log")}
+	if err := os.WriteFile(cfg.Path, []byte(raw), 0o644); err != nil {
+		t.Fatal(err)
 	}
+	p := Start(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if st := p.Close(ctx); !st.Ended || st.Messages != 3 {

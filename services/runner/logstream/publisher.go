@@ -12,7 +12,7 @@
 //   - Output is published in order, in batches: a batch is sealed when it
 //     holds BatchBytes or when its first line is FlushInterval old, so a
 //     chatty agent costs few messages and a quiet one is seen within
-//     about FlushInterval.
+//     about FlushInterval (plus PollInterval when nothing calls Wake).
 //   - No message exceeds the server's max payload: long lines are cut
 //     across messages, and readers join the bodies.
 //   - Output waiting for JetStream is bounded by BufferBytes. What comes

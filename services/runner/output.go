@@ -23,17 +23,19 @@ const ProgressInterval = 3 * time.Second
 const LogDrainTimeout = 10 * time.Second
 
 // runAgent runs the agent while its output is published to JOBS_LOGS and
-// its progress recorded, then publishes the rest of its output. The agent
-// writes to its log file; the publisher follows the file, so a JetStream
-// outage never holds the agent up (package logstream).
+// its progress recorded, then publishes the rest of its output. The
+// runner drains the agent's output pipe into its log file, which the
+// publisher follows, so an outage never holds the agent up (packages
+// agent and logstream).
 func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec) agent.Result {
 	// A file left by an earlier run on this host would be read as this
-	// attempt's output before the agent truncates it.
+	// attempt's output before the agent's run truncates it.
 	_ = os.Remove(spec.LogPath)
 	pub := logstream.Start(logstream.Config{
 		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt, Path: spec.LogPath,
 		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer),
 	})
+	spec.Drained = pub.Wake
 	progCtx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
 	progDone := make(chan struct{})
 	go func() {
@@ -88,7 +90,8 @@ func (r *Runner) recordProgress(ctx context.Context, log *zap.Logger, job *proto
 }
 
 // dropLocalLog removes the attempt's log file when ORCH_LOG_LOCAL is
-// off: it was the agent's buffer while it ran; the stream has the output.
+// off: the stream has the output; the file served the attempt's own
+// reading of the agent's result.
 func (r *Runner) dropLocalLog(log *zap.Logger, path string) {
 	if *r.cfg.LogLocal || path == "" {
 		return

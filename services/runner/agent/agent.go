@@ -1,6 +1,6 @@
 // Package agent starts the agent CLI for one attempt of a job and watches
 // it: its own process group under a per-agent supervisor, its output to a
-// log file, a watchdog, and no process left behind whatever way it ends,
+// log file (through the runner, see output.go), a watchdog, and no process left behind whatever way it ends,
 // including a SIGKILL of the runner (see supervisor.go).
 package agent
 
@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // KillGraceDefault is how long the agent's group has between SIGTERM and
@@ -39,6 +41,11 @@ type Spec struct {
 	Stdin string
 	// LogPath receives stdout and stderr; its directory is created.
 	LogPath string
+	// Drained, when set, has the agent write into a pipe that the runner
+	// drains into LogPath in large writes (see output.go), and is called
+	// after each of those writes, so that a reader of the file need not
+	// poll. It must not block. When nil, the agent writes LogPath itself.
+	Drained func()
 	// Timeout is the watchdog; zero means none.
 	Timeout time.Duration
 	// KillGrace is the time between SIGTERM and SIGKILL to the group.
@@ -55,6 +62,10 @@ type Result struct {
 	// and the context's error when ctx ended the run.
 	Err      error
 	Duration time.Duration
+	// CPU is the processor time, user and system, that the agent and
+	// the processes it waited for used (with the supervisor's own, a few
+	// milliseconds).
+	CPU time.Duration
 }
 
 // Run starts the agent and waits for it. Cancelling ctx stops the whole
@@ -103,6 +114,20 @@ func run(ctx context.Context, s Spec) Result {
 	}
 	defer ctlW.Close()
 
+	// out is where the agent writes; notes is where the runner adds its
+	// own lines after the agent's output.
+	out, notes := logf, io.Writer(logf)
+	var outR int
+	if s.Drained != nil {
+		r, w, err := outputPipe()
+		if err != nil {
+			return Result{ExitCode: -1, Err: fmt.Errorf("creating output pipe: %w", err)}
+		}
+		defer w.Close()
+		defer s.Drained() // the runner's own notes
+		out, outR = w, r
+	}
+
 	grace := cmp.Or(s.KillGrace, KillGraceDefault)
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
@@ -110,8 +135,8 @@ func run(ctx context.Context, s Spec) Result {
 		Dir:        s.Dir,
 		Env:        append(slices.Clip(s.Env), supervisorEnv+"="+strconv.FormatInt(int64(grace), 10)),
 		Stdin:      stdin,
-		Stdout:     logf,
-		Stderr:     logf,
+		Stdout:     out,
+		Stderr:     out,
 		ExtraFiles: []*os.File{ctlR},
 		SysProcAttr: &syscall.SysProcAttr{
 			// Its own group: a terminal's Ctrl-C reaches the runner only,
@@ -128,10 +153,20 @@ func run(ctx context.Context, s Spec) Result {
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		_ = ctlR.Close()
-		fmt.Fprintf(logf, "orch: starting agent supervisor: %v\n", err)
+		if s.Drained != nil {
+			_ = unix.Close(outR)
+		}
+		fmt.Fprintf(notes, "orch: starting agent supervisor: %v\n", err)
 		return Result{ExitCode: -1, Err: fmt.Errorf("starting agent: %w", err)}
 	}
 	_ = ctlR.Close()
+	var dr *drain
+	if s.Drained != nil {
+		// The supervisor and the agent hold the write end now; the
+		// pipe ends when the last of them is gone.
+		_ = out.Close()
+		dr = startDrain(outR, logf, s.Drained)
+	}
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -153,17 +188,22 @@ func run(ctx context.Context, s Spec) Result {
 		waitErr = stop(cmd.Process, done, grace)
 	}
 
+	if dr != nil {
+		dr.wait(OutputWaitDelay)
+	}
+
 	code := cmd.ProcessState.ExitCode()
+	res := Result{ExitCode: code, CPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
 	switch {
 	case stopErr != nil:
-		fmt.Fprintf(logf, "\norch: agent stopped: %v\n", stopErr)
-		return Result{ExitCode: code, Err: stopErr}
+		fmt.Fprintf(notes, "\norch: agent stopped: %v\n", stopErr)
+		res.Err = stopErr
 	case code == 127 && waitErr != nil:
-		return Result{ExitCode: code, Err: fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", waitErr)}
+		res.Err = fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", waitErr)
 	case waitErr != nil:
-		return Result{ExitCode: code, Err: fmt.Errorf("agent exited: %w", waitErr)}
+		res.Err = fmt.Errorf("agent exited: %w", waitErr)
 	}
-	return Result{ExitCode: 0}
+	return res
 }
 
 // stop asks the supervisor to stop the agent: it sends SIGTERM to the

@@ -19,12 +19,13 @@ func (p *Publisher) seal() {
 	if len(p.raw) == 0 && len(p.text) == 0 {
 		return
 	}
-	p.keepTail(p.text)
 	if p.differs {
+		p.keepTail(p.text)
 		p.enqueue(joblog.KindText, p.text)
 		p.enqueue(joblog.KindRaw, p.raw)
 	} else {
-		p.enqueue(joblog.KindBoth, p.text)
+		p.keepTail(p.raw)
+		p.enqueue(joblog.KindBoth, p.raw)
 	}
 	p.text, p.raw, p.differs = p.text[:0], p.raw[:0], false
 }

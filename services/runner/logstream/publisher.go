@@ -2,14 +2,17 @@
 // while the agent runs, in the format of package joblog, and renders
 // Claude Code's stream-json into readable lines on the way (render.go).
 //
-// The agent writes to its log file, as it would without orch; a Publisher
-// follows that file. So the agent never waits on the network: a slow or
-// absent JetStream only delays what is published. What must hold:
+// The runner drains the agent's output pipe into the attempt's log file
+// (see agent.Spec.Drained); a Publisher follows that file, woken by Wake
+// after each write, and polling besides. So the agent never waits on the
+// network, and the file is the buffer: a slow JetStream only delays what
+// is published, and an absent one loses only what passes BufferBytes
+// meanwhile, in the stream, never in the file. What must hold:
 //
 //   - Output is published in order, in batches: a batch is sealed when it
 //     holds BatchBytes or when its first line is FlushInterval old, so a
 //     chatty agent costs few messages and a quiet one is seen within
-//     about PollInterval + FlushInterval.
+//     about FlushInterval (plus PollInterval when nothing calls Wake).
 //   - No message exceeds the server's max payload: long lines are cut
 //     across messages, and readers join the bodies.
 //   - Output waiting for JetStream is bounded by BufferBytes. What comes
@@ -75,8 +78,8 @@ type Config struct {
 	// FlushInterval seals a batch this long after its first line.
 	// Default FlushIntervalDefault.
 	FlushInterval time.Duration
-	// PollInterval is how often the file is checked for output. Default
-	// PollIntervalDefault.
+	// PollInterval is how often the file is checked for output when Wake
+	// is not called. Default PollIntervalDefault.
 	PollInterval time.Duration
 	// BufferBytes bounds the output waiting for JetStream. Default
 	// BufferBytesDefault.
@@ -105,6 +108,7 @@ type Stats struct {
 type Publisher struct {
 	cfg     Config
 	subject string
+	wake    chan struct{}
 	ending  chan struct{}
 	done    chan struct{}
 	stop    context.CancelFunc
@@ -120,8 +124,9 @@ type Publisher struct {
 	partial    []byte // a line not yet ended
 	cont       bool   // partial continues a line cut earlier
 	skipping   bool   // dropping: skip to the next line break
-	text, raw  []byte // the open batch
-	differs    bool   // text is not raw
+	text, raw  []byte // the open batch; text only once differs
+	differs    bool   // the readable form is not raw
+	line       []byte // scratch: one line's readable form
 	batchStart time.Time
 	pending    []outMsg
 	pendingLen int
@@ -153,7 +158,7 @@ func Start(cfg Config) *Publisher {
 	ctx, stop := context.WithCancel(context.Background())
 	p := &Publisher{
 		cfg: cfg, subject: proto.LogSubject(cfg.JobID, cfg.Attempt),
-		ending: make(chan struct{}), done: make(chan struct{}), ctx: ctx, stop: stop,
+		wake: make(chan struct{}, 1), ending: make(chan struct{}), done: make(chan struct{}), ctx: ctx, stop: stop,
 		r: NewRenderer(),
 	}
 	go p.run()
@@ -166,6 +171,15 @@ func (p *Publisher) Progress() (Progress, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.progress, p.activity
+}
+
+// Wake tells p that the file has grown, so that it reads it at once
+// rather than at its next poll. It never blocks.
+func (p *Publisher) Wake() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Close reads the rest of the file, publishes it and the end message,
@@ -229,6 +243,7 @@ func (p *Publisher) run() {
 		case <-p.ending:
 			// One more read to the end of the file, then finish.
 			ending = true
+		case <-p.wake:
 		case <-tick.C:
 		}
 	}
@@ -301,22 +316,41 @@ func (p *Publisher) addLine(line []byte, ended bool) {
 	if len(p.raw) == 0 {
 		p.batchStart = time.Now()
 	}
-	start, rawStart := len(p.text), len(p.raw)
+	rawStart := len(p.raw)
 	p.raw = append(p.raw, line...)
 	if ended {
 		p.raw = append(p.raw, '\n')
 	}
-	if ended && !p.cont {
-		p.text = p.r.Line(p.text, line)
+	// While the batch's readable form is its raw bytes, p.text is not
+	// kept: most output is plain text, and a second copy of it costs the
+	// runner as much as everything else it does with the output.
+	render := ended && !p.cont
+	if !p.differs && utf8.Valid(line) && (!render || !IsEvent(line)) {
+		p.sealIfFull()
+		return
+	}
+	readable := p.line[:0]
+	if render {
+		readable = p.r.Line(readable, line)
 	} else {
-		p.text = AppendEscaped(p.text, line)
+		readable = AppendEscaped(readable, line)
 		if ended {
-			p.text = append(p.text, '\n')
+			readable = append(readable, '\n')
 		}
 	}
-	if !p.differs && !bytes.Equal(p.text[start:], p.raw[rawStart:]) {
+	p.line = readable
+	switch {
+	case p.differs:
+		p.text = append(p.text, readable...)
+	case !bytes.Equal(readable, p.raw[rawStart:]):
+		p.text = append(append(p.text[:0], p.raw[:rawStart]...), readable...)
 		p.differs = true
 	}
+	p.sealIfFull()
+}
+
+// sealIfFull seals the batch once it holds BatchBytes.
+func (p *Publisher) sealIfFull() {
 	if len(p.raw) >= p.cfg.BatchBytes || len(p.text) >= p.cfg.BatchBytes {
 		p.seal()
 	}

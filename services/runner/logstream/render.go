@@ -98,9 +98,9 @@ type block struct {
 // Line renders one raw line (without its line break) and appends the
 // result, each line ending in a line break, to dst.
 func (r *Renderer) Line(dst, line []byte) []byte {
-	if t := bytes.TrimSpace(line); len(t) > 1 && t[0] == '{' && t[len(t)-1] == '}' {
+	if IsEvent(line) {
 		var ev event
-		if json.Unmarshal(t, &ev) == nil {
+		if json.Unmarshal(bytes.TrimSpace(line), &ev) == nil {
 			if out, ok := r.render(&ev); ok {
 				return append(dst, out...)
 			}
@@ -108,6 +108,14 @@ func (r *Renderer) Line(dst, line []byte) []byte {
 	}
 	dst = AppendEscaped(dst, line)
 	return append(dst, '\n')
+}
+
+// IsEvent reports whether Line decodes line as a JSON object; any other
+// line's readable form is the line itself, escaped where it is not
+// valid UTF-8.
+func IsEvent(line []byte) bool {
+	t := bytes.TrimSpace(line)
+	return len(t) > 1 && t[0] == '{' && t[len(t)-1] == '}'
 }
 
 // render returns the readable form of a known event, or false.

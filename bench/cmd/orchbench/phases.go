@@ -157,6 +157,19 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	return nil
 }
 
+// dispatchOnly runs the dispatch rows alone (-only dispatch), with only
+// the gateway and the runner started.
+func (b *bench) dispatchOnly(ctx context.Context, t *table) error {
+	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	if err := b.startGateway(ctx); err != nil {
+		return err
+	}
+	if err := b.startRunner(ctx); err != nil {
+		return err
+	}
+	return b.dispatchRows(ctx, t, log)
+}
+
 // dispatchRows measures, one job at a time at a low rate, webhook sent ->
 // agent started for new tasks and then for the same tasks again (their
 // worktrees exist), each against its raw baseline.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -180,7 +181,11 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	if err != nil {
 		return err
 	}
-	ds, ns, err := newTaskDeliveries("dispatch", n)
+	head, err := b.pushBranches(ctx, "dispatch", n)
+	if err != nil {
+		return err
+	}
+	ds, ns, err := branchDeliveries("dispatch", n, head)
 	if err != nil {
 		return err
 	}
@@ -195,7 +200,7 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	if err != nil {
 		return err
 	}
-	if ds, ns, err = newTaskDeliveries("dispatch", n); err != nil {
+	if ds, ns, err = branchDeliveries("dispatch", n, head); err != nil {
 		return err
 	}
 	prof = b.profile("runner", "dispatch-existing")
@@ -215,6 +220,27 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	t.ratio("dispatch p99, worktree exists", stats.Ms(orchOld.P99()), "spawn "+stats.Ms(stats.Sample(rawOld).P99()),
 		ratio(orchOld.P99(), stats.Sample(rawOld).P99()), false, 0)
 	return nil
+}
+
+// pushBranches makes the head branches agent/<prefix>-<i> of n pull
+// requests on the project's repository, at main's head, and returns that
+// commit, which the deliveries name as their head as Gitea would. The
+// runner's clone learns them with its next fetch: after the first job,
+// each job's head is already in the clone, as it is when the branch was
+// pushed from the runner's own worktree by an earlier job of the task.
+func (b *bench) pushBranches(ctx context.Context, prefix string, n int) (string, error) {
+	repo := filepath.Join(b.dir, "repo")
+	out, err := gitRun(ctx, repo, "rev-parse", "main")
+	if err != nil {
+		return "", err
+	}
+	head := strings.TrimSpace(out)
+	for i := range n {
+		if _, err := gitRun(ctx, repo, "branch", "--force", fmt.Sprintf("agent/%s-%d", prefix, i), head); err != nil {
+			return "", err
+		}
+	}
+	return head, nil
 }
 
 // intakeRows measures intake through the gateway at base against raw

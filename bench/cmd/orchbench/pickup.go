@@ -203,12 +203,18 @@ func (b *bench) dispatch(ctx context.Context, ds []gitea.Delivery, ns []int) (st
 // that each job's runner makes a new worktree; again(prefix) makes more
 // jobs for the same tasks.
 func newTaskDeliveries(prefix string, n int) ([]gitea.Delivery, []int, error) {
+	return branchDeliveries(prefix, n, "")
+}
+
+// branchDeliveries is newTaskDeliveries with head as every delivery's
+// head commit (a made-up one when empty).
+func branchDeliveries(prefix string, n int, head string) ([]gitea.Delivery, []int, error) {
 	ds := make([]gitea.Delivery, n)
 	ns := make([]int, n)
 	for i := range n {
 		ns[i] = int(seq.Add(1))
 		var err error
-		ds[i], err = gitea.New(gitea.PR{Number: 100_000 + ns[i], Branch: fmt.Sprintf("agent/%s-%d", prefix, i), Seq: ns[i]})
+		ds[i], err = gitea.New(gitea.PR{Number: 100_000 + ns[i], Branch: fmt.Sprintf("agent/%s-%d", prefix, i), Seq: ns[i], HeadSHA: head})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -39,6 +39,9 @@ type PR struct {
 	Number int
 	Branch string
 	Seq    int
+	// HeadSHA is the head commit the delivery names; empty names a
+	// made-up commit derived from Seq, which no repository has.
+	HeadSHA string
 }
 
 // New returns a signed "opened" delivery of pr.
@@ -57,6 +60,9 @@ func New(pr PR) (Delivery, error) {
 	head := req["head"].(map[string]any)
 	sum := sha256.Sum256([]byte("bench-" + strconv.Itoa(pr.Seq)))
 	head["sha"] = hex.EncodeToString(sum[:20])
+	if pr.HeadSHA != "" {
+		head["sha"] = pr.HeadSHA
+	}
 	if pr.Branch != "" {
 		head["ref"], head["label"] = pr.Branch, pr.Branch
 	}

@@ -100,16 +100,18 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	if err != nil {
 		return Checkout{}, err
 	}
-	// Not under rs.mu while waiting: the fetch takes it only while git
-	// runs, so worktree work of other jobs goes on in between.
-	err = rs.fetches.fetch(ctx, want.Since, func(ctx context.Context) error {
-		rs.mu.Lock()
-		defer rs.mu.Unlock()
-		_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
-		return err
-	})
-	if err != nil {
-		return Checkout{}, fmt.Errorf("fetching %s: %w", repo.Project, err)
+	if !headKnown(gitDir, want) {
+		// Not under rs.mu while waiting: the fetch takes it only while
+		// git runs, so worktree work of other jobs goes on in between.
+		err = rs.fetches.fetch(ctx, want.Since, func(ctx context.Context) error {
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
+			return err
+		})
+		if err != nil {
+			return Checkout{}, fmt.Errorf("fetching %s: %w", repo.Project, err)
+		}
 	}
 
 	rs.mu.Lock()
@@ -137,19 +139,38 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 			branch = own
 		}
 	}
-	if isWorktree(ctx, dir) {
-		if cur := currentBranch(ctx, dir); want.HeadBranch == "" && cur != "" {
+	wt := worktree{dir: dir, gitDir: gitDir}
+	if wt.own, err = worktreeGitDir(dir); err == nil || isWorktree(ctx, dir) {
+		if cur := wt.currentBranch(ctx); want.HeadBranch == "" && cur != "" {
 			branch = cur
 		}
 	} else if err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
 		return Checkout{}, err
+	} else {
+		wt.own, _ = worktreeGitDir(dir)
+		wt.fresh = true
 	}
-	co, err := bringToHead(ctx, dir, want, branch, pullHead)
+	co, err := bringToHead(ctx, wt, want, branch, pullHead)
 	if err != nil {
 		return Checkout{}, fmt.Errorf("bringing the worktree of %s to its head: %w", want.Task, err)
 	}
 	co.Notes = append(notes, co.Notes...)
 	return co, nil
+}
+
+// headKnown reports whether the clone already has what a job asks for,
+// so that it needs no fetch: the job names its head branch and commit,
+// and origin/<head branch> in the clone is that commit. The remote had
+// it when the job's event happened (want.Since), which is all a fetch
+// would guarantee; a remote that moved on since has sent an event of its
+// own. A job that asks for a fetch that starts now (a zero Since, a
+// retry) always fetches.
+func headKnown(gitDir string, want Want) bool {
+	if want.Since.IsZero() || want.HeadBranch == "" || !isOID(want.HeadSHA) {
+		return false
+	}
+	oid, err := readRef(gitDir, "refs/remotes/origin/"+want.HeadBranch)
+	return err == nil && oid == want.HeadSHA
 }
 
 // pullRef is where the head of pull request n of a fork is kept in the
@@ -261,7 +282,14 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 		if start == "" {
 			return fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
 		}
-		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", "--no-track", "-b", branch, dir, start)
+		// A branch made from its own remote branch tracks it, as the
+		// worktree's job wants (see bringToHead), without another git
+		// process to say so.
+		track := "--no-track"
+		if start == "origin/"+branch {
+			track = "--track"
+		}
+		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", track, "-b", branch, dir, start)
 	}
 	return err
 }

@@ -43,7 +43,8 @@ var shaPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 // pullHead, when not empty, is the head of a fork's pull request, fetched
 // from origin's refs/pull/<n>/head: the remote head the worktree follows
 // when branch is not on origin.
-func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead string) (Checkout, error) {
+func bringToHead(ctx context.Context, wt worktree, want Want, branch, pullHead string) (Checkout, error) {
+	dir := wt.dir
 	co := Checkout{Dir: dir, Branch: branch}
 	// Every commit the rest needs to know at the start, in one git
 	// process rather than one each.
@@ -54,7 +55,7 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 	if shaPattern.MatchString(want.HeadSHA) {
 		revs = append(revs, want.HeadSHA+"^{commit}")
 	}
-	known, err := resolveAll(ctx, dir, revs...)
+	known, err := wt.resolve(ctx, revs...)
 	if err != nil {
 		return co, err
 	}
@@ -83,15 +84,16 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 		co.Notes = append(co.Notes, fmt.Sprintf("The remote's head moved on since the event that made this job (`%s`): the job is for the newer `%s`.", short(event), short(co.Target)))
 	}
 
-	st, err := inspect(ctx, dir, co.Target, known)
+	base := known[baseRef]
+	st, err := inspect(ctx, wt, co.Target, known)
 	if err != nil {
 		return co, err
 	}
-	if cur := currentBranch(ctx, dir); cur != branch {
+	if cur := wt.currentBranch(ctx); cur != branch {
 		if moved, why := switchBranch(ctx, dir, branch, co.Target, st); !moved {
 			co.Branch, co.Upstream = cmp.Or(cur, "(detached HEAD)"), ""
 			co.Notes = append(co.Notes, fmt.Sprintf("The worktree is on `%s`, not on `%s`: %s", co.Branch, branch, why))
-		} else if st, err = inspect(ctx, dir, co.Target, nil); err != nil {
+		} else if st, err = inspect(ctx, wt, co.Target, nil); err != nil {
 			return co, err
 		}
 	}
@@ -101,7 +103,7 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 		// an uncommitted change.
 		if _, err := git(ctx, dir, "reset", "--quiet", "--keep", co.Target, "--"); err != nil {
 			co.Notes = append(co.Notes, fmt.Sprintf("Uncommitted changes are in the way of `%s`, so the worktree stayed at `%s` (%s).", short(co.Target), short(st.head), lastLine(err)))
-		} else if st, err = inspect(ctx, dir, co.Target, nil); err != nil {
+		} else if st, err = inspect(ctx, wt, co.Target, nil); err != nil {
 			return co, err
 		}
 	}
@@ -117,12 +119,12 @@ func bringToHead(ctx context.Context, dir string, want Want, branch, pullHead st
 		co.Notes = append(co.Notes, "The worktree has uncommitted changes (an earlier job's work): kept. `git status` shows: "+strings.Join(co.Uncommitted, "; ")+".")
 	}
 
-	if co.Branch == branch && co.Target != "" && isAncestor(ctx, dir, co.Target, co.Head) {
-		if _, err := git(ctx, dir, "update-ref", baseRef, co.Target); err != nil {
+	if co.Branch == branch && co.Target != "" && co.Target != base && isAncestor(ctx, dir, co.Target, co.Head) {
+		if err := wt.setBase(ctx, co.Target); err != nil {
 			return co, err
 		}
 	}
-	if co.Branch == branch && co.Upstream != "" {
+	if co.Branch == branch && co.Upstream != "" && !upstreamSet(wt.gitDir, branch) {
 		if up, _ := git(ctx, dir, "rev-parse", "--abbrev-ref", "--symbolic-full-name", "@{upstream}"); strings.TrimSpace(up) != co.Upstream {
 			if _, err := git(ctx, dir, "branch", "--quiet", "--set-upstream-to="+co.Upstream); err != nil {
 				return co, err
@@ -142,29 +144,31 @@ type state struct {
 }
 
 // inspect reads the worktree's state; known, when not nil, holds HEAD and
-// baseRef resolved already.
-func inspect(ctx context.Context, dir, target string, known map[string]string) (state, error) {
+// baseRef resolved already. Git is asked only what the refs do not
+// answer: a HEAD at target or at baseRef has no commits of its own, and a
+// worktree this job made has no uncommitted changes.
+func inspect(ctx context.Context, wt worktree, target string, known map[string]string) (state, error) {
 	var st state
+	dir := wt.dir
 	if known == nil {
-		known = map[string]string{"HEAD": resolve(ctx, dir, "HEAD"), baseRef: resolve(ctx, dir, baseRef)}
+		var err error
+		if known, err = wt.resolve(ctx, "HEAD", baseRef); err != nil {
+			return st, err
+		}
 	}
 	if st.head = known["HEAD"]; st.head == "" {
 		return st, fmt.Errorf("worktree %s has no HEAD", dir)
 	}
-	args := []string{"rev-list", "--count", "HEAD", "--not", "--remotes=origin"}
-	for _, r := range []string{target, known[baseRef]} {
-		if r != "" {
-			args = append(args, r)
+	if st.head != target && st.head != known[baseRef] {
+		var err error
+		if st.unpushed, err = countUnpushed(ctx, dir, target, known[baseRef]); err != nil {
+			return st, err
 		}
 	}
-	out, err := git(ctx, dir, args...)
-	if err != nil {
-		return st, err
+	if wt.fresh {
+		return st, nil
 	}
-	if st.unpushed, err = strconv.Atoi(strings.TrimSpace(out)); err != nil {
-		return st, fmt.Errorf("counting unpushed commits: %w", err)
-	}
-	out, err = git(ctx, dir, "status", "--porcelain", "--untracked-files=all")
+	out, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=all")
 	if err != nil {
 		return st, err
 	}
@@ -179,6 +183,26 @@ func inspect(ctx context.Context, dir, target string, known map[string]string) (
 		st.dirty = append(st.dirty, strings.TrimSpace(l))
 	}
 	return st, nil
+}
+
+// countUnpushed counts the commits of HEAD in dir that are on no remote
+// branch and in neither target nor base.
+func countUnpushed(ctx context.Context, dir, target, base string) (int, error) {
+	args := []string{"rev-list", "--count", "HEAD", "--not", "--remotes=origin"}
+	for _, r := range []string{target, base} {
+		if r != "" {
+			args = append(args, r)
+		}
+	}
+	out, err := git(ctx, dir, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		return 0, fmt.Errorf("counting unpushed commits: %w", err)
+	}
+	return n, nil
 }
 
 // switchBranch checks out branch in a worktree that is on another one (or
@@ -221,6 +245,9 @@ func newer(ctx context.Context, dir, a, b string) string {
 
 // isAncestor reports whether commit a is b or an ancestor of it.
 func isAncestor(ctx context.Context, dir, a, b string) bool {
+	if a == b && a != "" {
+		return true
+	}
 	_, err := git(ctx, dir, "merge-base", "--is-ancestor", a, b)
 	return err == nil
 }

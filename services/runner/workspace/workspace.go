@@ -308,7 +308,15 @@ func isWorktree(ctx context.Context, dir string) bool {
 	return err == nil && strings.TrimSpace(out) == "true"
 }
 
+// refExists reports whether ref exists in the git directory gitDir (or,
+// when gitDir is a worktree, in its repository). A clone's refs are read
+// in-process when they can be (see readRef).
 func refExists(ctx context.Context, gitDir, ref string) bool {
+	if _, err := os.Stat(filepath.Join(gitDir, "HEAD")); err == nil {
+		if oid, err := readRef(gitDir, ref); err == nil {
+			return oid != ""
+		}
+	}
 	_, err := git(ctx, gitDir, "rev-parse", "--verify", "--quiet", ref)
 	return err == nil
 }

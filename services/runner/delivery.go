@@ -32,6 +32,9 @@ var (
 	errSuperseded = errors.New("job superseded by a later delivery")
 	// errAlreadyDone: the record says done; a success was redelivered.
 	errAlreadyDone = errors.New("job already done")
+	// errSkipped stops the wait for the task lock of a job whose record
+	// says it is not to run.
+	errSkipped = errors.New("job not to run")
 )
 
 // handle runs one delivery of a job and settles its message.
@@ -65,19 +68,6 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
 
-	if st, _, err := r.status.Get(ctx, job.ID); err == nil {
-		switch st.State {
-		case proto.StateCancelled:
-			log.Info("job was cancelled before it ran: skipping")
-			_ = msg.TermWithReason(proto.ReasonCancelled)
-			r.metrics.settled(job, outcome{}, outcomeCancelled)
-			return
-		case proto.StateDone:
-			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
-			return
-		}
-	}
-
 	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
 	jobCtx, stopJob := context.WithCancelCause(ctx)
 	defer stopJob(nil)
@@ -102,12 +92,41 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	}()
 
-	l, err := r.acquireLock(jobCtx, log, job, attempt)
+	// The record is read while the lock is taken, not before: a job that
+	// was cancelled or done before it ran gives up the wait for its
+	// task's lock, and one that can run waits one round trip less.
+	lockCtx, stopLock := context.WithCancelCause(jobCtx)
+	defer stopLock(nil)
+	read := make(chan *proto.Status, 1)
+	go func() {
+		st, _, err := r.status.Get(ctx, job.ID)
+		if err != nil {
+			st = nil
+		} else if st.State == proto.StateCancelled || st.State == proto.StateDone {
+			stopLock(errSkipped)
+		}
+		read <- st
+	}()
+	l, err := r.acquireLock(lockCtx, log, job, attempt)
+	if err == nil {
+		lock.Store(l)
+	}
+	if st := <-read; st != nil {
+		switch st.State {
+		case proto.StateCancelled:
+			log.Info("job was cancelled before it ran: skipping")
+			_ = msg.TermWithReason(proto.ReasonCancelled)
+			r.metrics.settled(job, outcome{}, outcomeCancelled)
+			return
+		case proto.StateDone:
+			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
+			return
+		}
+	}
 	if err != nil {
 		r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{ExitCode: -1, Err: err}})
 		return
 	}
-	lock.Store(l)
 	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt)
 	out.began = began

@@ -1,0 +1,117 @@
+package workspace_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// A job whose head the clone already has at origin/<head branch> runs
+// without a fetch, in a worktree left as it is: its uncommitted changes
+// are kept and named. A job whose head the clone lacks fetches it, and one
+// in a worktree that holds a commit of its own reports it.
+func TestJobAtAKnownHeadSkipsTheFetch(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	gitDir, _ := ws.RepoDir("widgets")
+	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, Since: time.Now()}
+	dir := prepare(t, ws, repo, want).Dir
+
+	write(t, filepath.Join(dir, "README.md"), "local edit\n")
+	write(t, filepath.Join(dir, "scratch.txt"), "untracked\n")
+	b := o.commit("feature.txt", "B\n")
+
+	// The event of this job named a, when the remote had it: the clone
+	// has it, so no fetch (the remote's b is not seen yet).
+	want.Since = time.Now()
+	co := prepare(t, ws, repo, want)
+	if co.Head != a || co.Target != a || co.Upstream != "origin/feature/x" {
+		t.Fatalf("job at the known head: %+v, want at %s tracking origin/feature/x", co, a)
+	}
+	if got := gitOut(t, gitDir, "rev-parse", "refs/remotes/origin/feature/x"); got != a {
+		t.Errorf("origin/feature/x in the clone at %s, want %s: the job fetched", got, a)
+	}
+	for _, w := range []string{"README.md", "scratch.txt"} {
+		if !strings.Contains(notes(co), w) {
+			t.Errorf("notes lack the uncommitted %s:\n%s", w, notes(co))
+		}
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "README.md")); string(got) != "local edit\n" {
+		t.Errorf("README.md = %q, the uncommitted edit was lost", got)
+	}
+
+	// The next event names b, which the clone lacks: fetched, and the
+	// worktree moves to it with the edits.
+	want.HeadSHA, want.Since = b, time.Now()
+	if co = prepare(t, ws, repo, want); co.Head != b || !strings.Contains(notes(co), "README.md") {
+		t.Fatalf("job at a new head: head %s, notes %q; want %s with the edit named", co.Head, co.Notes, b)
+	}
+
+	// The agent commits without pushing: the head moved away from the
+	// target, and the commit is reported, not lost.
+	gitOut(t, dir, "add", "README.md", "scratch.txt")
+	gitOut(t, dir, "commit", "-q", "-m", "agent's commit")
+	mine := gitOut(t, dir, "rev-parse", "HEAD")
+	want.Since = time.Now()
+	co = prepare(t, ws, repo, want)
+	if co.Head != mine || co.Target != b || co.Unpushed != 1 || !strings.Contains(notes(co), "1 commit(s)") {
+		t.Fatalf("job after an unpushed commit: head %s target %s unpushed %d notes %q; want %s, %s, 1",
+			co.Head, co.Target, co.Unpushed, co.Notes, mine, b)
+	}
+}
+
+// A retry, or a job that names no head, fetches even when the clone has
+// the head: it asks for the remote as it is now.
+func TestJobWithoutEventTimeFetches(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, Since: time.Now()}
+	prepare(t, ws, repo, want)
+	b := o.commit("feature.txt", "B\n")
+	want.Since = time.Time{}
+	if co := prepare(t, ws, repo, want); co.Head != b || !strings.Contains(notes(co), "moved on") {
+		t.Fatalf("retry: head %s notes %q, want the remote's %s and a note", co.Head, co.Notes, b)
+	}
+}
+
+// A new worktree is made in one step, and what the later jobs read of it
+// is what git reads: its upstream, its base and a clean status. With the
+// clone's refs packed, jobs at a known head still skip the fetch and
+// land where git says.
+func TestNewWorktreeAndPackedRefs(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	gitDir, _ := ws.RepoDir("widgets")
+	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, Since: time.Now()}
+	co := prepare(t, ws, repo, want)
+	if up := gitOut(t, co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); up != "origin/feature/x" {
+		t.Errorf("upstream %s, want origin/feature/x", up)
+	}
+	if base := gitOut(t, co.Dir, "rev-parse", "refs/worktree/orch/base"); base != a {
+		t.Errorf("git reads the base ref as %s, want %s", base, a)
+	}
+	if st := gitOut(t, co.Dir, "status", "--porcelain"); st != "" {
+		t.Errorf("new worktree not clean: %q", st)
+	}
+
+	gitOut(t, gitDir, "pack-refs", "--all", "--prune")
+	if _, err := os.Stat(filepath.Join(gitDir, "refs", "remotes", "origin", "feature", "x")); err == nil {
+		t.Fatal("pack-refs left the loose ref")
+	}
+	b := o.commit("feature.txt", "B\n")
+	want.Since = time.Now()
+	if co = prepare(t, ws, repo, want); co.Head != a || len(co.Notes) != 0 {
+		t.Fatalf("packed refs, known head: head %s notes %q, want %s and no notes", co.Head, co.Notes, a)
+	}
+	want.HeadSHA, want.Since = b, time.Now()
+	if co = prepare(t, ws, repo, want); co.Head != b || len(co.Notes) != 0 {
+		t.Fatalf("packed refs, new head: head %s notes %q, want %s", co.Head, co.Notes, b)
+	}
+	if base := gitOut(t, co.Dir, "rev-parse", "refs/worktree/orch/base"); base != b {
+		t.Errorf("git reads the base ref as %s, want %s", base, b)
+	}
+}

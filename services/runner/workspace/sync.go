@@ -146,7 +146,8 @@ type state struct {
 // inspect reads the worktree's state; known, when not nil, holds HEAD and
 // baseRef resolved already. Git is asked only what the refs do not
 // answer: a HEAD at target or at baseRef has no commits of its own, and a
-// worktree this job made has no uncommitted changes.
+// worktree this job made, or one known clean (see knownClean), has no
+// uncommitted changes.
 func inspect(ctx context.Context, wt worktree, target string, known map[string]string) (state, error) {
 	var st state
 	dir := wt.dir
@@ -166,11 +167,18 @@ func inspect(ctx context.Context, wt worktree, target string, known map[string]s
 		}
 	}
 	if wt.fresh {
+		wt.markClean(st.head)
+		return st, nil
+	}
+	if wt.knownClean(st.head) {
 		return st, nil
 	}
 	out, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=all")
 	if err != nil {
 		return st, err
+	}
+	if strings.TrimSpace(out) == "" {
+		wt.markClean(st.head)
 	}
 	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		if strings.TrimSpace(l) == "" {

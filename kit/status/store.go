@@ -78,14 +78,32 @@ func (s *Store) Apply(ctx context.Context, job *proto.Job, t Transition) (*proto
 			return nil, fmt.Errorf("writing status of %s (%s): %w", job.ID, t.Name, err)
 		}
 	}
+	return s.ApplyFrom(ctx, job, nil, 0, t)
+}
+
+// ApplyFrom is Apply starting from cur, the record at revision rev that
+// the caller read before: when nobody wrote it since, the transition
+// costs one write and no read; when somebody did, the compare-and-set
+// fails and the record is read again, as Apply would; a refusal is only
+// ever returned for a record read from the bucket. A nil cur reads it
+// first. ApplyFrom may change cur.
+func (s *Store) ApplyFrom(ctx context.Context, job *proto.Job, cur *proto.Status, rev uint64, t Transition) (*proto.Status, error) {
 	for range 20 {
-		st, rev, err := s.Get(ctx, job.ID)
+		st, given := cur, cur != nil && rev != 0
+		cur = nil
+		var err error
+		if !given {
+			st, rev, err = s.Get(ctx, job.ID)
+		}
 		if errors.Is(err, ErrNotFound) {
 			st = &proto.Status{Job: *job, State: absent}
 		} else if err != nil {
 			return nil, err
 		}
 		if err := t.apply(st); err != nil {
+			if given {
+				continue // refused by what may be an old version: ask the bucket
+			}
 			return st, fmt.Errorf("%s %s: %w", t.Name, job.ID, err)
 		}
 		st.Schema = proto.SchemaVersion

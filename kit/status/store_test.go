@@ -71,3 +71,44 @@ func TestApply(t *testing.T) {
 		t.Errorf("%d writers marked the alert, want 1", wins)
 	}
 }
+
+// ApplyFrom with the record as it is writes it; with a record that has
+// changed since, it reads it again and the guard judges the newer one.
+func TestApplyFrom(t *testing.T) {
+	_, _, kv := natstest.Connect(t, natstest.Server(t))
+	s := status.New(kv)
+	ctx := context.Background()
+	job := &proto.Job{ID: "j1", Kind: proto.KindImplement, Project: "widgets", Task: proto.Task{ID: "t"}}
+	if _, err := s.Apply(ctx, job, status.Queue(3)); err != nil {
+		t.Fatal(err)
+	}
+	cur, rev, err := s.Get(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.ApplyFrom(ctx, job, cur, rev, status.StartAttempt(1, 3, "r1", "/log", time.Now()))
+	if err != nil || st.State != proto.StateRunning {
+		t.Fatalf("from the current record: %v, %+v", err, st)
+	}
+	if got, _, _ := s.Get(ctx, job.ID); got.State != proto.StateRunning || got.Runner != "r1" {
+		t.Fatalf("bucket holds %+v, want running on r1", got)
+	}
+
+	// A second job read while queued, then cancelled: its start from the
+	// old record is refused by the cancel.
+	other := &proto.Job{ID: "j2", Kind: proto.KindImplement, Project: "widgets", Task: proto.Task{ID: "t"}}
+	if _, err := s.Apply(ctx, other, status.Queue(3)); err != nil {
+		t.Fatal(err)
+	}
+	old, oldRev, err := s.Get(ctx, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Cancel(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.ApplyFrom(ctx, other, old, oldRev, status.StartAttempt(1, 3, "r1", "/log", time.Now()))
+	if !errors.Is(err, status.ErrTerminal) || st.State != proto.StateCancelled {
+		t.Fatalf("from an old record: %v, %+v; want refused as cancelled", err, st)
+	}
+}

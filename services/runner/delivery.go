@@ -97,21 +97,22 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	// task's lock, and one that can run waits one round trip less.
 	lockCtx, stopLock := context.WithCancelCause(jobCtx)
 	defer stopLock(nil)
-	read := make(chan *proto.Status, 1)
+	read := make(chan record, 1)
 	go func() {
-		st, _, err := r.status.Get(ctx, job.ID)
+		st, rev, err := r.status.Get(ctx, job.ID)
 		if err != nil {
-			st = nil
+			st, rev = nil, 0
 		} else if st.State == proto.StateCancelled || st.State == proto.StateDone {
 			stopLock(errSkipped)
 		}
-		read <- st
+		read <- record{st, rev}
 	}()
 	l, err := r.acquireLock(lockCtx, log, job, attempt)
 	if err == nil {
 		lock.Store(l)
 	}
-	if st := <-read; st != nil {
+	rec := <-read
+	if st := rec.st; st != nil {
 		switch st.State {
 		case proto.StateCancelled:
 			log.Info("job was cancelled before it ran: skipping")
@@ -128,7 +129,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	began := time.Now()
-	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt)
+	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
 	out.began = began
 	if jobCtx.Err() != nil && out.res.Err == nil {
 		// The agent finished as the job was being stopped: its success
@@ -150,10 +151,19 @@ type outcome struct {
 	began time.Time
 }
 
+// record is a job's status record as read, and its revision; a nil st
+// when it could not be read.
+type record struct {
+	st  *proto.Status
+	rev uint64
+}
+
 // run records the job as running, prepares the worktree and runs the
 // agent (or, for a cleanup, removes the worktree). p and tmpls are of the
-// registry version the job started with.
-func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int) outcome {
+// registry version the job started with; rec is the job's record as read
+// when the job began, which the running state is written over unless it
+// changed since.
+func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record) outcome {
 	logPath := r.ws.LogPath(job.ID, attempt)
 	if job.Kind == proto.KindCleanup {
 		logPath = ""
@@ -174,7 +184,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if job.Kind != proto.KindCleanup {
 		preparing.Go(func() { co, coErr = r.prepareTimed(ctx, log, job, p, attempt) })
 	}
-	st, err := r.status.Apply(ctx, job, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()))
+	st, err := r.status.ApplyFrom(ctx, job, rec.st, rec.rev, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()))
 	preparing.Wait()
 	switch {
 	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateCancelled:

@@ -224,7 +224,7 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	t.ratio("dispatch p99, worktree exists", stats.Ms(orchOld.P99()), "spawn "+stats.Ms(stats.Sample(rawOld).P99()),
 		ratio(orchOld.P99(), stats.Sample(rawOld).P99()), false, 0)
 	above := extra - floor.P50()
-	t.add(row{what: "worktree exists: JetStream writes under it", orch: stats.Ms(orchOld.P50()),
+	t.add(row{what: "worktree exists, over spawn + JetStream floor", orch: stats.Ms(orchOld.P50()),
 		base:  "spawn + 4 fsynced writes " + stats.Ms(stats.Sample(rawOld).P50()+floor.P50()),
 		ratio: fmt.Sprintf("%+.2f ms", float64(above)/float64(time.Millisecond)), target: "-", verdict: "-"})
 	return nil

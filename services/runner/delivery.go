@@ -32,9 +32,6 @@ var (
 	errSuperseded = errors.New("job superseded by a later delivery")
 	// errAlreadyDone: the record says done; a success was redelivered.
 	errAlreadyDone = errors.New("job already done")
-	// errSkipped stops the wait for the task lock of a job whose record
-	// says it is not to run.
-	errSkipped = errors.New("job not to run")
 )
 
 // handle runs one delivery of a job and settles its message.
@@ -68,6 +65,23 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
 
+	// The record read here is also what the running state is written
+	// over (see run), unless it changed meanwhile.
+	var rec record
+	if st, rev, err := r.status.Get(ctx, job.ID); err == nil {
+		rec = record{st, rev}
+		switch st.State {
+		case proto.StateCancelled:
+			log.Info("job was cancelled before it ran: skipping")
+			_ = msg.TermWithReason(proto.ReasonCancelled)
+			r.metrics.settled(job, outcome{}, outcomeCancelled)
+			return
+		case proto.StateDone:
+			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
+			return
+		}
+	}
+
 	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
 	jobCtx, stopJob := context.WithCancelCause(ctx)
 	defer stopJob(nil)
@@ -92,42 +106,12 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	}()
 
-	// The record is read while the lock is taken, not before: a job that
-	// was cancelled or done before it ran gives up the wait for its
-	// task's lock, and one that can run waits one round trip less.
-	lockCtx, stopLock := context.WithCancelCause(jobCtx)
-	defer stopLock(nil)
-	read := make(chan record, 1)
-	go func() {
-		st, rev, err := r.status.Get(ctx, job.ID)
-		if err != nil {
-			st, rev = nil, 0
-		} else if st.State == proto.StateCancelled || st.State == proto.StateDone {
-			stopLock(errSkipped)
-		}
-		read <- record{st, rev}
-	}()
-	l, err := r.acquireLock(lockCtx, log, job, attempt)
-	if err == nil {
-		lock.Store(l)
-	}
-	rec := <-read
-	if st := rec.st; st != nil {
-		switch st.State {
-		case proto.StateCancelled:
-			log.Info("job was cancelled before it ran: skipping")
-			_ = msg.TermWithReason(proto.ReasonCancelled)
-			r.metrics.settled(job, outcome{}, outcomeCancelled)
-			return
-		case proto.StateDone:
-			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
-			return
-		}
-	}
+	l, err := r.acquireLock(jobCtx, log, job, attempt)
 	if err != nil {
 		r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{ExitCode: -1, Err: err}})
 		return
 	}
+	lock.Store(l)
 	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
 	out.began = began

@@ -115,13 +115,6 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
 	out.began = began
-	if jobCtx.Err() != nil && out.res.Err == nil {
-		// The agent finished as the job was being stopped: its success
-		// stands, unless the job is no longer this runner's.
-		if c := context.Cause(jobCtx); errors.Is(c, errLeaseLost) || errors.Is(c, errLockLost) {
-			out.res.Err = c
-		}
-	}
 	r.settle(ctx, log, msg, job, p, attempt, out)
 }
 

@@ -39,21 +39,19 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
+	f := service.NewMetrics("notifier")
 	m := &metrics{
-		reg: service.NewRegistry("notifier"),
-		sent: counter("orch_notifier_alerts_sent_total",
-			"Alerts Telegram accepted."),
-		failed: counterVec("orch_notifier_alerts_failed_total",
-			"Alert sends that failed, by cause: rejected (400/401/403/404: token, chat or message) or unavailable (5xx, network); each is retried.", "cause"),
-		rateLimited: counter("orch_notifier_alerts_rate_limited_total",
-			"Alert sends Telegram answered with 429; each is retried after retry_after."),
-		deadLettered: counter("orch_notifier_dead_lettered_total",
-			"Jobs copied to "+proto.StreamDLQ+"."),
-		advisories: counterVec("orch_notifier_advisories_total",
-			"Advisories handled in full, by outcome: alerted, logged (no bot token), cancelled, already_handled, unusable.", "outcome"),
-		writes: counterVec("orch_notifier_writeback_writes_total",
-			"Writes to the trackers (tracking comments, commit statuses), by tracker (gitea, plane), operation (comment, status) and outcome: ok, retry (5xx, 429, network; tried again), gone (404; the job's write-back stops), rejected (401, 403, 422; needs a person).", "tracker", "operation", "outcome"),
+		reg:          f.Registry,
+		sent:         f.Counter("orch_notifier_alerts_sent_total", "Alerts Telegram accepted."),
+		failed:       f.CounterVec("orch_notifier_alerts_failed_total", "Alert sends that failed, by cause: rejected (400/401/403/404: token, chat or message) or unavailable (5xx, network); each is retried.", "cause"),
+		rateLimited:  f.Counter("orch_notifier_alerts_rate_limited_total", "Alert sends Telegram answered with 429; each is retried after retry_after."),
+		deadLettered: f.Counter("orch_notifier_dead_lettered_total", "Jobs copied to "+proto.StreamDLQ+"."),
+		advisories:   f.CounterVec("orch_notifier_advisories_total", "Advisories handled in full, by outcome: alerted, logged (no bot token), cancelled, already_handled, unusable.", "outcome"),
+		writes:       f.CounterVec("orch_notifier_writeback_writes_total", "Writes to the trackers (tracking comments, commit statuses), by tracker (gitea, plane), operation (comment, status) and outcome: ok, retry (5xx, 429, network; tried again), gone (404; the job's write-back stops), rejected (401, 403, 422; needs a person).", "tracker", "operation", "outcome"),
 	}
+	f.GaugeFunc("orch_notifier_dlq_messages", "Jobs in "+proto.StreamDLQ+" (failed for good, kept for inspection and re-run).", dlqMessages(m.jetStream))
+	f.GaugeFunc("orch_notifier_writeback_pending_jobs", "Jobs this notifier has a tracker write left for (coalescing, backing off, or leased by another notifier); 0 without write-back.", m.writebackPending)
+	f.Register(queueCollector{m.jetStream})
 	for _, tr := range writeback.Trackers {
 		for _, op := range writeback.Operations {
 			for _, o := range writeback.Outcomes {
@@ -67,28 +65,16 @@ func newMetrics() *metrics {
 	for _, o := range []string{outcomeAlerted, outcomeLogged, outcomeCancelled, outcomeDone, "unusable"} {
 		m.advisories.WithLabelValues(o)
 	}
-	m.reg.MustRegister(m.sent, m.failed, m.rateLimited, m.deadLettered, m.advisories,
-		dlqGauge(m.jetStream), queueCollector{m.jetStream}, m.writes,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "orch_notifier_writeback_pending_jobs",
-			Help: "Jobs this notifier has a tracker write left for (coalescing, backing off, or leased by another notifier); 0 without write-back.",
-		}, func() float64 {
-			if w := m.writeback.Load(); w != nil {
-				return float64(w.Pending())
-			}
-			return 0
-		}))
 	return m
 }
 
-// counter is a counter of the notifier's /metrics.
-func counter(name, help string) prometheus.Counter {
-	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
-}
-
-// counterVec is a counter of the notifier's /metrics with labels.
-func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+// writebackPending is the jobs the write-back has a write left for; 0
+// before it runs.
+func (m *metrics) writebackPending() float64 {
+	if w := m.writeback.Load(); w != nil {
+		return float64(w.Pending())
+	}
+	return 0
 }
 
 // Wrote counts one write to a tracker (writeback.Recorder).
@@ -117,15 +103,12 @@ func (m *metrics) ready() error {
 	return service.Ready(m.nc.Load(), m.bound.Load(), proto.ConsumerNotifier+": not taking advisories")
 }
 
-// dlqGauge reports the messages in JOBS_DLQ, asked of JetStream at each
-// scrape; when it cannot answer, the last known figure.
-func dlqGauge(jetStream func() jetstream.JetStream) prometheus.Collector {
+// dlqMessages reads the messages in JOBS_DLQ from JetStream at each
+// scrape; when it cannot answer, it gives the last known figure.
+func dlqMessages(jetStream func() jetstream.JetStream) func() float64 {
 	var last atomic.Uint64
 	last.Store(math.Float64bits(math.NaN()))
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "orch_notifier_dlq_messages",
-		Help: "Jobs in " + proto.StreamDLQ + " (failed for good, kept for inspection and re-run).",
-	}, func() float64 {
+	return func() float64 {
 		js := jetStream()
 		if js == nil {
 			return math.Float64frombits(last.Load())
@@ -138,5 +121,5 @@ func dlqGauge(jetStream func() jetstream.JetStream) prometheus.Collector {
 			}
 		}
 		return math.Float64frombits(last.Load())
-	})
+	}
 }

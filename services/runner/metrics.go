@@ -61,60 +61,26 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
+	f := service.NewMetrics("runner")
 	m := &metrics{
-		reg:   service.NewRegistry("runner"),
-		known: func(string) bool { return false },
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_runner_jobs_finished_total",
-			Help: "Attempts settled, by kind, project and outcome: done, retry, failed (last attempt or cannot run), cancelled, lost_lease (the job went to another runner), handed_back (shutdown).",
-		}, []string{"kind", "project", "outcome"}),
-		jobDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "orch_runner_job_duration_seconds",
-			Help:    "One attempt from holding the task's lock to its settle (worktree, agent, status writes), by kind and outcome.",
-			Buckets: minutesBuckets,
-		}, []string{"kind", "outcome"}),
-		agentDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "orch_runner_agent_duration_seconds",
-			Help:    "How long the agent process ran, by kind.",
-			Buckets: minutesBuckets,
-		}, []string{"kind"}),
-		prepDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "orch_runner_worktree_prepare_seconds",
-			Help:    "Fetching the project's clone and preparing the task's worktree.",
-			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
-		}),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "orch_runner_queue_wait_seconds",
-			Help:    "From the job's creation (webhook accepted) to its first attempt starting, by kind.",
-			Buckets: []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600},
-		}, []string{"kind"}),
-		running: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "orch_runner_agents_running",
-			Help: "Agent processes this runner runs now.",
-		}),
-		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_runner_cost_usd_total",
-			Help: "Cost the agent reported (Claude Code's total_cost_usd), by project and kind.",
-		}, []string{"project", "kind"}),
-		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_runner_agent_turns_total",
-			Help: "Turns the agent reported (Claude Code's num_turns), by project and kind.",
-		}, []string{"project", "kind"}),
-		exits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "orch_runner_agent_exits_total",
-			Help: "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.",
-		}, []string{"code"}),
+		reg:      f.Registry,
+		known:    func(string) bool { return false },
+		finished: f.CounterVec("orch_runner_jobs_finished_total", "Attempts settled, by kind, project and outcome: done, retry, failed (last attempt or cannot run), cancelled, lost_lease (the job went to another runner), handed_back (shutdown).", "kind", "project", "outcome"),
+		jobDur:   f.HistogramVec("orch_runner_job_duration_seconds", "One attempt from holding the task's lock to its settle (worktree, agent, status writes), by kind and outcome.", minutesBuckets, "kind", "outcome"),
+		agentDur: f.HistogramVec("orch_runner_agent_duration_seconds", "How long the agent process ran, by kind.", minutesBuckets, "kind"),
+		prepDur:  f.Histogram("orch_runner_worktree_prepare_seconds", "Fetching the project's clone and preparing the task's worktree.", []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+		wait:     f.HistogramVec("orch_runner_queue_wait_seconds", "From the job's creation (webhook accepted) to its first attempt starting, by kind.", []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}, "kind"),
+		running:  f.Gauge("orch_runner_agents_running", "Agent processes this runner runs now."),
+		cost:     f.CounterVec("orch_runner_cost_usd_total", "Cost the agent reported (Claude Code's total_cost_usd), by project and kind.", "project", "kind"),
+		turns:    f.CounterVec("orch_runner_agent_turns_total", "Turns the agent reported (Claude Code's num_turns), by project and kind.", "project", "kind"),
+		exits:    f.CounterVec("orch_runner_agent_exits_total", "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.", "code"),
 	}
-	m.reg.MustRegister(m.finished, m.jobDur, m.agentDur, m.prepDur, m.wait, m.running, m.cost, m.turns, m.exits,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "orch_runner_consumer_bound",
-			Help: "1 while this runner takes jobs from the runner consumer, else 0.",
-		}, func() float64 {
-			if m.bound.Load() {
-				return 1
-			}
-			return 0
-		}))
+	f.GaugeFunc("orch_runner_consumer_bound", "1 while this runner takes jobs from the runner consumer, else 0.", func() float64 {
+		if m.bound.Load() {
+			return 1
+		}
+		return 0
+	})
 	return m
 }
 

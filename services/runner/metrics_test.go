@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -17,18 +16,10 @@ import (
 	"github.com/orch-dev/orch/kit/metricstest"
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/service"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner"
 )
-
-func listen(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
 
 func httpStatus(t *testing.T, url string) int {
 	t.Helper()
@@ -45,7 +36,7 @@ func TestMetrics(t *testing.T) {
 	ok, _ := filepath.Abs("agent/testdata/claude-stream.jsonl")
 	cfg := e.config("r1", e.script(fmt.Sprintf(`case "$ORCH_TASK" in good) cat %q;; *) exit 3;; esac`, ok)))
 	cfg.MaxAttempts = 2
-	ln := listen(t)
+	ln := testkit.Listen(t)
 	cfg.Listener = ln
 	base := "http://" + ln.Addr().String()
 	e.start(cfg)
@@ -168,10 +159,10 @@ func TestProbes(t *testing.T) {
 	e := newEnv(t, "")
 	cfg := e.config("r1", e.script(`exit 0`))
 	// A NATS server that is not there yet: the listener is up, not ready.
-	dead := listen(t)
+	dead := testkit.Listen(t)
 	cfg.NATSURL = "nats://" + dead.Addr().String()
 	dead.Close()
-	ln := listen(t)
+	ln := testkit.Listen(t)
 	cfg.Listener = ln
 	base := "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -196,7 +187,7 @@ func TestProbes(t *testing.T) {
 
 	// With NATS: ready once the consumer is bound.
 	cfg = e.config("r2", e.script(`exit 0`))
-	ln = listen(t)
+	ln = testkit.Listen(t)
 	cfg.Listener = ln
 	base = "http://" + ln.Addr().String()
 	e.start(cfg)

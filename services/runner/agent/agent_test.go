@@ -24,6 +24,28 @@ func script(t *testing.T, dir, body string) []string {
 	return []string{"sh", testkit.Script(t, filepath.Join(dir, "agent.sh"), body)}
 }
 
+// cancelWhenExists returns a context cancelled with cause once the file
+// path exists, or with an error saying never when it has not appeared
+// after 30s. The watching goroutine cannot fail the test itself: the
+// test's check of the cause reports it. It ends before the test does.
+func cancelWhenExists(t *testing.T, path string, cause error, never string) context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(nil); wg.Wait() })
+	wg.Go(func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if _, err := os.Stat(path); err == nil {
+				cancel(cause)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel(errors.New(never))
+	})
+	return ctx
+}
+
 func spec(t *testing.T, argv []string) agent.Spec {
 	dir := t.TempDir()
 	return agent.Spec{Argv: argv, Dir: dir, Env: agent.Env(agent.EnvAllowDefault), LogPath: filepath.Join(dir, "logs", "1.log"), KillGrace: 200 * time.Millisecond}
@@ -104,23 +126,8 @@ func TestLeftoversKilledOnExit(t *testing.T) {
 func TestCancel(t *testing.T) {
 	dir := t.TempDir()
 	argv := script(t, dir, fmt.Sprintf("echo $$ > %s/agent.pid\nexec sleep 300\n", dir))
-	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("cancelled")
-	// The goroutine cannot fail the test itself: it cancels with another
-	// cause when the agent never starts, and the check below reports it.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(filepath.Join(dir, "agent.pid")); err == nil {
-				cancel(cause)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		cancel(errors.New("the agent never wrote its pid"))
-	})
+	ctx := cancelWhenExists(t, filepath.Join(dir, "agent.pid"), cause, "the agent never wrote its pid")
 	res := agent.Run(ctx, spec(t, argv))
 	if !errors.Is(res.Err, cause) {
 		t.Errorf("got %+v, want %v", res, cause)

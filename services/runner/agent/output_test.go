@@ -1,16 +1,13 @@
 package agent_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/orch-dev/orch/services/runner/agent"
 )
@@ -32,25 +29,10 @@ exec sleep 300
 	var drained atomic.Int64
 	s := spec(t, argv)
 	s.Drained = func() { drained.Add(1) }
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
 	cause := errors.New("released by the test")
 	// Stop the agent once it has printed everything, so its output is
-	// whole before the note. The goroutine cannot fail the test itself:
-	// it cancels with another cause when the agent never prints.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			if _, err := os.Stat(filepath.Join(dir, "printed")); err == nil {
-				cancel(cause)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		cancel(errors.New("the agent never printed all"))
-	})
+	// whole before the note.
+	ctx := cancelWhenExists(t, filepath.Join(dir, "printed"), cause, "the agent never printed all")
 	res := agent.Run(ctx, s)
 	if !errors.Is(res.Err, cause) {
 		t.Fatalf("got %+v, want the test's cause", res)

@@ -50,6 +50,16 @@ func Connect(t testing.TB, s *embedded.Server) (*nats.Conn, jetstream.JetStream,
 	return nc, js, kv
 }
 
+// JetStream starts a server for the test (Server), connects to it
+// (Connect) and returns the JetStream handle and the status bucket: the
+// opening of every test that needs neither the server nor the connection
+// itself.
+func JetStream(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	_, js, kv := Connect(t, Server(t))
+	return js, kv
+}
+
 // CheckFor calls f every interval until it returns nil, and fails the test
 // with f's last error when timeout passes first.
 func CheckFor(t testing.TB, timeout, interval time.Duration, f func() error) {

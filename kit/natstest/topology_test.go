@@ -16,8 +16,7 @@ import (
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 func TestEnsureIsIdempotent(t *testing.T) {
-	srv := natstest.Server(t)
-	_, js, _ := natstest.Connect(t, srv)
+	js, _ := natstest.JetStream(t)
 	ctx := context.Background()
 	for range 2 {
 		if _, err := (proto.Topology{}).Ensure(ctx, js); err != nil {
@@ -46,8 +45,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 // gets them from Ensure, with its queued jobs kept, so `nats stream view
 // JOBS` works after an upgrade.
 func TestEnsureAllowsDirectOnAnExistingJobsStream(t *testing.T) {
-	srv := natstest.Server(t)
-	_, js, _ := natstest.Connect(t, srv)
+	js, _ := natstest.JetStream(t)
 	ctx := context.Background()
 	old := proto.Topology{}.JobsStream()
 	old.AllowDirect = false
@@ -76,8 +74,7 @@ func TestEnsureAllowsDirectOnAnExistingJobsStream(t *testing.T) {
 // The advisories JetStream publishes for JOBS land in JOBS_ADVISORIES, so
 // none is lost while no notifier listens.
 func TestAdvisoriesAreCaptured(t *testing.T) {
-	srv := natstest.Server(t)
-	_, js, _ := natstest.Connect(t, srv)
+	js, _ := natstest.JetStream(t)
 	ctx := context.Background()
 	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(1, 1, time.Second))
 	if err != nil {

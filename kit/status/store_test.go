@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 // a cancel wins over a settle that read the record before it, and many
 // writers at once each land exactly once.
 func TestApply(t *testing.T) {
-	_, _, kv := natstest.Connect(t, natstest.Server(t))
+	_, kv := natstest.JetStream(t)
 	s := status.New(kv)
 	ctx := context.Background()
 	job := &proto.Job{ID: "j1", Kind: proto.KindImplement, Project: "widgets", Task: proto.Task{ID: "t"}}

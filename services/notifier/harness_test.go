@@ -52,9 +52,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	srv := natstest.Server(t)
 	nc, js, kv := natstest.Connect(t, srv)
-	bg, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	b := &bundle{t: t, srv: srv, nc: nc, js: js, status: status.New(kv), tg: testkit.NewTelegram(t, testToken), dir: t.TempDir(), attempt: 3, bg: bg}
+	b := &bundle{t: t, srv: srv, nc: nc, js: js, status: status.New(kv), tg: testkit.NewTelegram(t, testToken), dir: t.TempDir(), attempt: 3, bg: t.Context()}
 	b.log, b.logs = logtest.New(t, "SECRET") // testToken and every tracker token of the tests
 	// The runner's consumer, exactly as a runner creates it.
 	var err error

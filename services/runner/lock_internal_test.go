@@ -14,7 +14,7 @@ import (
 // the lock (that beat is not confirmed, the next one is). A revision with
 // another value is a takeover.
 func TestRefreshAfterALostAnswer(t *testing.T) {
-	_, js, _ := natstest.Connect(t, natstest.Server(t))
+	js, _ := natstest.JetStream(t)
 	ctx := context.Background()
 	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
 	if err != nil {

@@ -19,8 +19,7 @@ import (
 // after ttl, on a real JetStream server.
 func setupIndex(t *testing.T, ttl time.Duration) (*Index, jetstream.KeyValue) {
 	t.Helper()
-	srv := natstest.Server(t)
-	_, js, _ := natstest.Connect(t, srv)
+	js, _ := natstest.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "jobs_ttl", TTL: ttl})

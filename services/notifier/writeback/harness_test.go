@@ -17,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/kit/status/statustest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/kit/trackertest"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/notifier/internal/logtest"
@@ -33,14 +34,6 @@ const (
 	planeProj  = "7d0c7e2a-0000-4000-8000-00000000p001"
 )
 
-const registryYAML = `projects:
-  - key: widgets
-    gitea_repo: acme/widgets
-    plane_project: 7d0c7e2a-0000-4000-8000-00000000p001
-    plane_workspace: acme
-    agent_user: orch-bot
-`
-
 type bundle struct {
 	t      *testing.T
 	ctx    context.Context
@@ -56,15 +49,12 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	srv := natstest.Server(t)
-	_, js, kv := natstest.Connect(t, srv)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	reg, err := registry.Parse([]byte(registryYAML))
+	js, kv := natstest.JetStream(t)
+	reg, err := registry.Parse([]byte(testkit.RegistryYAML("plane_project: "+planeProj, "plane_workspace: "+planeWS, "agent_user: orch-bot")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{t: t, ctx: ctx, js: js, kv: kv, status: status.New(kv), gitea: trackertest.NewGitea(t, giteaToken, "orch-bot"), plane: trackertest.NewPlane(t, planeKey)}
+	b := &bundle{t: t, ctx: t.Context(), js: js, kv: kv, status: status.New(kv), gitea: trackertest.NewGitea(t, giteaToken, "orch-bot"), plane: trackertest.NewPlane(t, planeKey)}
 	b.log, b.logs = logtest.New(t, "SECRET")
 	hc := &http.Client{Timeout: 10 * time.Second}
 	b.cfg = Config{

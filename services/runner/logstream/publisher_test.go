@@ -125,8 +125,7 @@ echo "phase3 end"
 // An agent that prints far faster than JetStream stores loses nothing:
 // the log file holds what JetStream has not taken yet.
 func TestFastAgentLosesNothing(t *testing.T) {
-	srv := natstest.Server(t)
-	_, js, _ := natstest.Connect(t, srv)
+	js, _ := natstest.JetStream(t)
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "agent.log")
 	// Batches of 4 KiB and a buffer of 128 KiB: far less than the
@@ -224,8 +223,7 @@ func benchAgentOutput(b *testing.B, benchAgent string) {
 // each line in place, the raw view is the agent's bytes, and the
 // progress counts the events.
 func TestViewsOfAMixedBatch(t *testing.T) {
-	srv := natstest.Server(t)
-	_, js, _ := natstest.Connect(t, srv)
+	js, _ := natstest.JetStream(t)
 	events, err := os.ReadFile("testdata/success.jsonl")
 	if err != nil {
 		t.Fatal(err)

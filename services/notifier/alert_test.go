@@ -109,8 +109,7 @@ func TestTerminalFailure(t *testing.T) {
 
 func TestEscaping(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.start(b.config(), hooks{})
+	b, _ := setupRunning(t)
 	title := `Fix <div class="x"> & </div> 🚀 Починить виджет & <b>bold</b>`
 	job := b.queue("escape", title)
 	errText := "ошибка: <nil> & 💥 ✓ Ünïcödé > all"
@@ -158,8 +157,7 @@ func stripTags(s string) string {
 
 func TestJobLogLines(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	b.start(b.config(), hooks{})
+	b, _ := setupRunning(t)
 	job := b.queue("one", "Logs")
 	b.run(map[string]action{job.ID: actFail})
 	b.settled(30 * time.Second)

@@ -63,6 +63,14 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
+// setupRunning is setup with a notifier of the default configuration
+// started.
+func setupRunning(t *testing.T) (*bundle, *running) {
+	t.Helper()
+	b := setup(t)
+	return b, b.start(b.config(), hooks{})
+}
+
 // ctx is the context of the test's own calls; it ends with the test.
 func (b *bundle) ctx() context.Context { return b.bg }
 

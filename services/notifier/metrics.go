@@ -38,6 +38,8 @@ type metrics struct {
 	bound atomic.Bool
 }
 
+// newMetrics makes the metrics, every series of a bounded label served
+// from the start at zero.
 func newMetrics() *metrics {
 	f := service.NewMetrics("notifier")
 	m := &metrics{

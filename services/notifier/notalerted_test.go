@@ -11,8 +11,7 @@ import (
 
 func TestCancelledJobIsNotAlerted(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	r := b.start(b.config(), hooks{})
+	b, r := setupRunning(t)
 	cancelled := b.queue("cancelled", "Cancelled while running")
 	if _, err := b.status.Cancel(b.ctx(), cancelled.ID); err != nil {
 		t.Fatal(err)

@@ -15,8 +15,7 @@ import (
 // goes to the whole test process, so it is sent only once this notifier
 // catches it.
 func TestSIGHUPWithoutWritebackKeepsRunning(t *testing.T) {
-	b := setup(t)
-	r := b.start(b.config(), hooks{})
+	b, r := setupRunning(t)
 	wait := func(msg string) {
 		t.Helper()
 		natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {

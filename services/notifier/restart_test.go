@@ -14,8 +14,7 @@ import (
 
 func TestNotifierDownWhileJobsFail(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	first := b.start(b.config(), hooks{})
+	b, first := setupRunning(t)
 	first.stop(t)
 
 	jobs := map[string]action{}

@@ -60,6 +60,8 @@ type metrics struct {
 	bound atomic.Bool
 }
 
+// newMetrics makes the metrics; project readies the series of each
+// registry project.
 func newMetrics() *metrics {
 	f := service.NewMetrics("runner")
 	m := &metrics{

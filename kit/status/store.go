@@ -64,18 +64,10 @@ func (s *Store) Apply(ctx context.Context, job *proto.Job, t Transition) (*proto
 		if err := t.apply(st); err != nil {
 			return st, fmt.Errorf("%s %s: %w", t.Name, job.ID, err)
 		}
-		st.Schema = proto.SchemaVersion
-		st.UpdatedAt = s.now()
-		data, err := json.Marshal(st)
-		if err != nil {
+		if written, err := s.put(ctx, job.ID, t, st, 0); err != nil {
 			return nil, err
-		}
-		_, err = s.KV.Create(ctx, job.ID, data)
-		if err == nil {
+		} else if written {
 			return st, nil
-		}
-		if !isConflict(err) {
-			return nil, fmt.Errorf("writing status of %s (%s): %w", job.ID, t.Name, err)
 		}
 	}
 	return s.ApplyFrom(ctx, job, nil, 0, t)
@@ -106,25 +98,39 @@ func (s *Store) ApplyFrom(ctx context.Context, job *proto.Job, cur *proto.Status
 			}
 			return st, fmt.Errorf("%s %s: %w", t.Name, job.ID, err)
 		}
-		st.Schema = proto.SchemaVersion
-		st.UpdatedAt = s.now()
-		data, err := json.Marshal(st)
-		if err != nil {
+		if written, err := s.put(ctx, job.ID, t, st, rev); err != nil {
 			return nil, err
-		}
-		if rev == 0 {
-			_, err = s.KV.Create(ctx, job.ID, data)
-		} else {
-			_, err = s.KV.Update(ctx, job.ID, data, rev)
-		}
-		if err == nil {
+		} else if written {
 			return st, nil
-		}
-		if !isConflict(err) {
-			return nil, fmt.Errorf("writing status of %s (%s): %w", job.ID, t.Name, err)
 		}
 	}
 	return nil, fmt.Errorf("writing status of %s (%s): too many concurrent writers", job.ID, t.Name)
+}
+
+// put writes st, which transition t made of the record at revision rev
+// (0: no record), back with a compare-and-set. It reports written false
+// and no error when another writer got there first: the caller reads the
+// record again.
+func (s *Store) put(ctx context.Context, id string, t Transition, st *proto.Status, rev uint64) (written bool, err error) {
+	st.Schema = proto.SchemaVersion
+	st.UpdatedAt = s.now()
+	data, err := json.Marshal(st)
+	if err != nil {
+		return false, err
+	}
+	if rev == 0 {
+		_, err = s.KV.Create(ctx, id, data)
+	} else {
+		_, err = s.KV.Update(ctx, id, data, rev)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case isConflict(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("writing status of %s (%s): %w", id, t.Name, err)
+	}
 }
 
 // isConflict reports a compare-and-set that lost to another writer.

@@ -60,8 +60,7 @@ type metrics struct {
 	bound atomic.Bool
 }
 
-// newMetrics makes the metrics; project readies the series of each
-// registry project.
+// newMetrics makes the metrics; project readies each project's series.
 func newMetrics() *metrics {
 	f := service.NewMetrics("runner")
 	m := &metrics{

@@ -51,13 +51,13 @@ type metrics struct {
 	turns    *prometheus.CounterVec
 	exits    *prometheus.CounterVec
 
-	// known says whether a project key is in the registry now; it is
-	// set before the first job.
-	known func(string) bool
 	// nc is the NATS connection, once there is one; bound is true while
 	// the consumer delivers jobs to this runner.
 	nc    atomic.Pointer[nats.Conn]
 	bound atomic.Bool
+	// known says whether a project key is in the registry now; it is
+	// set before the first job.
+	known func(string) bool
 }
 
 // newMetrics makes the metrics; project readies each project's series.

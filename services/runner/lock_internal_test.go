@@ -14,7 +14,7 @@ import (
 // the lock (that beat is not confirmed, the next one is). A revision with
 // another value is a takeover.
 func TestRefreshAfterALostAnswer(t *testing.T) {
-	js, _ := natstest.JetStream(t)
+	_, js, _ := natstest.Connect(t, natstest.Server(t))
 	ctx := context.Background()
 	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
 	if err != nil {

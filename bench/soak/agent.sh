@@ -4,10 +4,14 @@
 # it is killed, an end line to the record of its job:
 #   start <attempt> <incarnation> <unix ns>
 #   end <attempt> <incarnation> <exit code> <unix ns>
+# Stopped by its runner (SIGTERM: a lost lease, a cancel, a shutdown), it
+# writes instead, if it has the time:
+#   stopped <attempt> <incarnation> <unix ns>
 # It fails every attempt of a task named doomed-*, and the first attempt of
 # a job whose id starts with 0-4 (5 of 16 hex digits: 31 %).
 tag=$1
 rec=$2/$ORCH_JOB_ID
+trap 'echo "stopped $ORCH_ATTEMPT $tag $(date +%s%N)" >>"$rec"; exit 143' TERM
 echo "start $ORCH_ATTEMPT $tag $(date +%s%N)" >>"$rec"
 code=0
 case "$ORCH_TASK" in

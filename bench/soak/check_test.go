@@ -24,6 +24,9 @@ type run struct {
 	ended   bool // the agent wrote its end line
 	code    int
 	end     time.Time
+	// stopped is when the agent's runner stopped it, if the agent could
+	// say so before it died.
+	stopped time.Time
 }
 
 // readRuns parses the record of one job.
@@ -51,6 +54,14 @@ func readRuns(path string) ([]run, error) {
 					runs[i].ended = true
 					runs[i].code, _ = strconv.Atoi(fs[3])
 					runs[i].end = unixNano(fs[4])
+					break
+				}
+			}
+		case len(fs) == 4 && fs[0] == "stopped":
+			a, _ := strconv.Atoi(fs[1])
+			for i := range runs {
+				if runs[i].attempt == a && runs[i].tag == fs[2] && !runs[i].ended && runs[i].stopped.IsZero() {
+					runs[i].stopped = unixNano(fs[3])
 					break
 				}
 			}
@@ -156,6 +167,12 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 		for i, ru := range runs {
 			end := ru.end
 			switch {
+			case !ru.ended && !ru.stopped.IsZero():
+				// Stopped by its runner, which lived on: its slot was
+				// held until then.
+				end = ru.stopped
+				r.killedRuns++
+				interrupted = true
 			case !ru.ended:
 				// No end line: the agent died with its runner. Its slot
 				// was held until the kill (or the final stop).

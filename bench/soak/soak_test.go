@@ -34,12 +34,15 @@ import (
 var agentScript []byte
 
 // The soak's settings. Short AckWait and retry delays make SIGKILL
-// redeliveries and retries come back within seconds.
+// redeliveries and retries come back within seconds. AckWait is not
+// shorter than 3s: a heartbeat must be confirmed within 2/3 of it, and on
+// a loaded 2-core machine a shorter lease is lost to scheduling alone,
+// which reruns a job with no kill or restart to explain it.
 const (
 	shortN         = 300
 	maxConcurrency = 4
 	maxAttempts    = 4
-	ackWait        = 2 * time.Second
+	ackWait        = 3 * time.Second
 	killEvery      = 4 * time.Second
 	senders        = 4
 	doomedEvery    = 33 // one job in 33 fails on every attempt

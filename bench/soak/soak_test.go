@@ -148,6 +148,12 @@ func TestSoak(t *testing.T) {
 	// The deadline allows a quarter of the calm rate (the target is half)
 	// plus a minute for the JetStream restart and AckWait tails.
 	settleTimeout := time.Minute + time.Duration(4*float64(len(rest))/calmRate*float64(time.Second))
+	// Within the test's own timeout, with time left to check and report:
+	// a slow machine then gets a report of what did not settle, not a
+	// goroutine dump.
+	if d, ok := t.Deadline(); ok {
+		settleTimeout = min(settleTimeout, time.Since(chaosStart)+time.Until(d)-3*time.Minute)
+	}
 	t.Logf("soak: calm drain %.1f jobs/s, chaos phase deadline %v", calmRate, settleTimeout.Round(time.Second))
 	if err := sys.settle(ctx, tracker, settleTimeout-time.Since(chaosStart)); err != nil {
 		t.Errorf("jobs did not settle within %v: %v", settleTimeout.Round(time.Second), err)

@@ -17,6 +17,10 @@ import (
 )
 
 // run is one agent run of a job, from its record.
+// orphanGrace is how long an agent may outlive its SIGKILLed runner: the
+// supervisor sees the runner gone and kills the agent's group.
+const orphanGrace = 100 * time.Millisecond
+
 type run struct {
 	attempt int
 	tag     string // the runner incarnation
@@ -182,7 +186,7 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 				}
 				r.killedRuns++
 				interrupted = true
-			case s.killed[ru.tag] && ru.end.After(s.ended[ru.tag].Add(100*time.Millisecond)):
+			case s.killed[ru.tag] && ru.end.After(s.ended[ru.tag].Add(orphanGrace)):
 				r.problem("job %s: agent of run %d outlived its runner %s by %v (orphan)", j.id, ru.attempt, ru.tag, ru.end.Sub(s.ended[ru.tag]))
 			}
 			if ru.ended && ru.code != planned(j, ru.attempt) {
@@ -265,7 +269,10 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 // JetStream restart came between a successful run and the next one: the
 // ack may then have been lost, and JetStream rightly redelivers.
 func (s *system) explainedRedelivery(prev, next run) bool {
-	if t, ok := s.ended[prev.tag]; ok && s.killed[prev.tag] && t.After(prev.end) && t.Before(next.start) {
+	// An agent may write its end line in the moments after its runner was
+	// killed, before the supervisor kills it (the orphan check allows it
+	// orphanGrace): its success was never settled either.
+	if t, ok := s.ended[prev.tag]; ok && s.killed[prev.tag] && t.After(prev.end.Add(-orphanGrace)) && t.Before(next.start) {
 		return true
 	}
 	for _, w := range s.jsDown {

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"os"
 	"time"
 
@@ -45,15 +44,12 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	}()
 
 	res := r.runAgentTimed(ctx, job, spec)
-	// An agent that ended while the job was being taken from this runner
-	// may have been stopped by that, whatever its exit status says. One
-	// that ended before keeps its result even if the lease is lost later,
-	// while its output is drained: settling it is guarded by the record
-	// (see settle), so a later delivery that owns the job wins, and one
-	// that comes after finds the job done instead of running it again.
-	if c := context.Cause(ctx); res.Err == nil && (errors.Is(c, errLeaseLost) || errors.Is(c, errLockLost)) {
-		res.Err = c
-	}
+	// agent.Run says whether the agent ended before ctx did: a stopped
+	// agent's result is the cause of the stop, whatever its exit status.
+	// One that ended first keeps its result even if the lease is lost
+	// later, while its output is drained: settling it is guarded by the
+	// record (see settle), so a later delivery that owns the job wins, and
+	// one that comes after finds the job done instead of running it again.
 
 	stopProgress()
 	<-progDone

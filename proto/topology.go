@@ -3,6 +3,7 @@ package proto
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -142,16 +143,36 @@ func (t Topology) TaskLocksBucket() jetstream.KeyValueConfig {
 // bucket.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream(), t.LogsStream()} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		_, err := js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			_, err = js.UpdateStream(ctx, cfg)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("ensuring stream %s: %w", cfg.Name, err)
 		}
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, t.JobsBucket())
+	kv, err := ensureBucket(ctx, js, t.JobsBucket())
 	if err != nil {
-		return nil, fmt.Errorf("ensuring bucket %s: %w", BucketJobs, err)
+		return nil, err
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, t.TaskLocksBucket()); err != nil {
-		return nil, fmt.Errorf("ensuring bucket %s: %w", BucketTaskLocks, err)
+	if _, err := ensureBucket(ctx, js, t.TaskLocksBucket()); err != nil {
+		return nil, err
+	}
+	return kv, nil
+}
+
+// ensureBucket creates the bucket, or updates it if it exists with
+// another configuration. Like the streams in Ensure, a bucket that is
+// already as configured is left alone: services start together, and an
+// update of a stream while another service creates a consumer on it is
+// a data race inside nats-server (seen under -race).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.UpdateKeyValue(ctx, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ensuring bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
 }

@@ -179,7 +179,7 @@ func (s *orchSystem) postPR(t *testing.T, pr int) string {
 
 	var id string
 	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
-		code, answer, err := testkit.Post(nil, s.gatewayURL+"/webhooks/gitea", h, body)
+		code, answer, err := testkit.Post(t.Context(), nil, s.gatewayURL+"/webhooks/gitea", h, body)
 		if err != nil {
 			return err
 		}

@@ -101,7 +101,7 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 func (s *system) postPR(t *testing.T, edit func(map[string]any)) (int, []byte) {
 	t.Helper()
 	raw := testkit.EditJSON(t, testkit.ReadFile(t, "testdata/pull_request__opened.json"), edit)
-	code, body, err := testkit.Post(nil, s.url+"/webhooks/gitea", testkit.GiteaHeaders(giteaSecret, "pull_request", raw), raw)
+	code, body, err := testkit.Post(t.Context(), nil, s.url+"/webhooks/gitea", testkit.GiteaHeaders(giteaSecret, "pull_request", raw), raw)
 	if err != nil {
 		t.Fatal(err)
 	}

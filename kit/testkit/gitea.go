@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,11 +27,11 @@ func GiteaHeaders(secret, event string, body []byte) map[string]string {
 
 // Post sends body to url with headers (with http.DefaultClient when
 // client is nil) and returns the answer's status code and body.
-func Post(client *http.Client, url string, headers map[string]string, body []byte) (int, []byte, error) {
+func Post(ctx context.Context, client *http.Client, url string, headers map[string]string, body []byte) (int, []byte, error) {
 	if client == nil {
 		client = http.DefaultClient
 	}
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}

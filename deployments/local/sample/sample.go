@@ -4,17 +4,16 @@
 package sample
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
 
@@ -66,24 +65,15 @@ func NewEvent(body []byte) ([]byte, error) {
 // X-Hub-Signature-256), the event type, and a fresh delivery id. It
 // returns the answer's status code and body.
 func Send(ctx context.Context, client *http.Client, baseURL, secret, event string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(baseURL, "/")+"/webhooks/gitea", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
 	sig := webhook.Sign(secret, body)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(webhook.GiteaEventType, event)
-	req.Header.Set(webhook.GiteaEventCoarse, event)
-	req.Header.Set(webhook.GiteaDelivery, uuid())
-	req.Header.Set(webhook.GiteaSignature, sig)
-	req.Header.Set("X-Hub-Signature-256", "sha256="+sig)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, out, err
+	return testkit.Post(ctx, client, strings.TrimRight(baseURL, "/")+"/webhooks/gitea", map[string]string{
+		"Content-Type":           "application/json",
+		webhook.GiteaEventType:   event,
+		webhook.GiteaEventCoarse: event,
+		webhook.GiteaDelivery:    uuid(),
+		webhook.GiteaSignature:   sig,
+		"X-Hub-Signature-256":    "sha256=" + sig,
+	}, body)
 }
 
 func randomHex(n int) string {

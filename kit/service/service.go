@@ -84,8 +84,32 @@ func Parse(cfg any, environ map[string]string) error {
 	}
 	if c, ok := cfg.(hasCommon); ok {
 		c.common().fromEnv = true
+		return c.common().validate()
 	}
 	return nil
+}
+
+// validate rejects an explicit zero where the topology would silently
+// put its default in its place: these settings have no "off".
+func (c *Common) validate() error {
+	var errs []error
+	for _, s := range []struct {
+		name string
+		zero bool
+	}{
+		{"ORCH_DUPLICATE_WINDOW", c.DuplicateWindow <= 0},
+		{"ORCH_STATUS_TTL", c.StatusTTL <= 0},
+		{"ORCH_LOG_MAX_AGE", c.LogMaxAge <= 0},
+		{"ORCH_LOG_MAX_BYTES", c.LogMaxBytes <= 0},
+	} {
+		if s.zero {
+			errs = append(errs, fmt.Errorf("%s must be positive", s.name))
+		}
+	}
+	if c.StreamReplicas < 1 {
+		errs = append(errs, errors.New("ORCH_STREAM_REPLICAS must be at least 1"))
+	}
+	return errors.Join(errs...)
 }
 
 // logOutputs is where loggers write: standard error (tests add a file).

@@ -112,3 +112,24 @@ func TestServeHTTPWithoutAddressServesNothing(t *testing.T) {
 	}
 	h.Stop() // a nil *HTTP stops as a no-op
 }
+
+// A setting the topology cannot honour at zero is refused, naming the
+// variable, rather than quietly replaced by its default; unset, it takes
+// its default.
+func TestZeroTopologySettingsRefused(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"ORCH_DUPLICATE_WINDOW", "ORCH_STATUS_TTL", "ORCH_LOG_MAX_AGE", "ORCH_LOG_MAX_BYTES", "ORCH_STREAM_REPLICAS"} {
+		var c struct{ Common }
+		err := Parse(&c, map[string]string{name: "0"})
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=0: error %v, want one naming it", name, err)
+		}
+	}
+	var c struct{ Common }
+	if err := Parse(&c, map[string]string{}); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	if c.LogMaxAge != 168*time.Hour || c.LogMaxBytes != 1<<30 {
+		t.Errorf("defaults: %+v", c.Common)
+	}
+}

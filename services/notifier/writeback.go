@@ -40,7 +40,7 @@ type Writeback struct {
 	PlaneToken     string `env:"PLANE_TOKEN"`
 	PlaneTokenFile string `env:"PLANE_TOKEN_FILE"`
 	// QueuedAfter is how long a job may wait in the queue before its
-	// comment is created (writeback.QueuedAfterDefault).
+	// comment is created; 0 comments as soon as a job is queued.
 	QueuedAfter time.Duration `env:"WRITEBACK_QUEUED_AFTER" envDefault:"1m"`
 }
 

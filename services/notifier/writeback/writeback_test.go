@@ -220,21 +220,23 @@ func TestPlaneComment(t *testing.T) {
 
 // A job waiting in the queue longer than QueuedAfter gets its comment
 // while still queued; a job cancelled before it started and before then
-// gets none.
+// gets none; with QueuedAfter zero, a job gets its comment at once.
 func TestQueuedLongGetsComment(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// One writer at a time, so that the one with the QueuedAfter under
+	// test is the one that writes.
 	b.cfg.QueuedAfter = 300 * time.Millisecond
-	b.start("n1")
+	stop := b.start("n1")
 	long := b.prJob("long", 40)
 	b.set(long, func(*proto.Status) {})
 	b.waitComment(40, "⏳ orch · review · queued", "Waiting for a runner since")
 	b.set(long, func(s *proto.Status) { s.State = proto.StateCancelled })
 	b.waitComment(40, "🚫 orch · review · cancelled")
+	stop()
 
 	b.cfg.QueuedAfter = time.Hour
-	w2 := b.start("n2")
-	defer w2()
+	stop = b.start("n2")
 	short := b.prJob("short", 41)
 	b.set(short, func(*proto.Status) {})
 	b.waitStatus(41, "pending")
@@ -243,6 +245,12 @@ func TestQueuedLongGetsComment(t *testing.T) {
 	if n := len(b.gitea.Comments(repo, 41)); n != 0 {
 		t.Errorf("a job cancelled while briefly queued got %d comments", n)
 	}
+	stop()
+
+	b.cfg.QueuedAfter = 0
+	b.start("n3")
+	b.set(b.prJob("now", 42), func(*proto.Status) {})
+	b.waitComment(42, "⏳ orch · review · queued", "Waiting for a runner since")
 }
 
 // countingRecorder is a Recorder that keeps its counts.

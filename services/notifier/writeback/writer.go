@@ -50,10 +50,6 @@ import (
 
 // Defaults of the write-back settings.
 const (
-	// QueuedAfterDefault is how long a job may wait in the queue before
-	// its comment is created; a job that starts running sooner gets its
-	// comment then.
-	QueuedAfterDefault = time.Minute
 	// MinEditDefault is the least time between two writes about one job:
 	// rapid changes are coalesced into the state at the end of it.
 	MinEditDefault = 3 * time.Second
@@ -84,10 +80,14 @@ type Config struct {
 	// Name identifies this notifier in leases. Default: host name and a
 	// random suffix.
 	Name string
-	// QueuedAfter, MinEdit, RetryDelay, RetryMaxDelay, RejectedDelay,
-	// Lease and Workers default to the constants above.
-	QueuedAfter, MinEdit, RetryDelay, RetryMaxDelay, RejectedDelay, Lease time.Duration
-	Workers                                                               int
+	// QueuedAfter is how long a job may wait in the queue before its
+	// comment is created; a job that starts running sooner gets its
+	// comment then. Zero comments on every job as soon as it is queued.
+	QueuedAfter time.Duration
+	// MinEdit, RetryDelay, RetryMaxDelay, RejectedDelay, Lease and
+	// Workers default to the constants above.
+	MinEdit, RetryDelay, RetryMaxDelay, RejectedDelay, Lease time.Duration
+	Workers                                                  int
 	// Scrubber cleans what came from the agent's run.
 	Scrubber Scrubber
 	// LogTail returns the end of the readable log of a job's last
@@ -98,7 +98,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.QueuedAfter = cmp.Or(c.QueuedAfter, QueuedAfterDefault)
 	c.MinEdit = cmp.Or(c.MinEdit, MinEditDefault)
 	c.RetryDelay = cmp.Or(c.RetryDelay, RetryDelayDefault)
 	c.RetryMaxDelay = cmp.Or(c.RetryMaxDelay, RetryMaxDelayDefault)

@@ -217,20 +217,35 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 		nc.Close()
 		return nil, nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	// The server may still be starting (RetryOnFailedConnect): keep trying
-	// the topology until it answers or ctx ends.
+	// The server may still be starting (RetryOnFailedConnect).
 	var kv jetstream.KeyValue
+	err = Retry(ctx, log, "ensuring topology", func(ctx context.Context) (err error) {
+		kv, err = c.Topology().Ensure(ctx, js)
+		return err
+	})
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return nc, js, kv, nil
+}
+
+// Retry runs step, a start-up call to JetStream, until it succeeds or ctx
+// ends, each try within 5s. A failed try is logged and made again a
+// second later: a server still starting, a cluster electing a leader or a
+// stream not yet placed on its peers answers in time, and a service that
+// starts in those moments should not exit for it.
+func Retry(ctx context.Context, log *zap.Logger, what string, step func(context.Context) error) error {
 	for {
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, err = c.Topology().Ensure(tctx, js)
+		err := step(tctx)
 		cancel()
 		if err == nil {
-			return nc, js, kv, nil
+			return nil
 		}
-		log.Warn("ensuring topology, will retry", zap.Error(err))
+		log.Warn(what+", will retry", zap.Error(err))
 		if !backoff.Sleep(ctx, time.Second) {
-			nc.Close()
-			return nil, nil, nil, fmt.Errorf("ensuring topology: %w", errors.Join(ctx.Err(), err))
+			return fmt.Errorf("%s: %w", what, errors.Join(ctx.Err(), err))
 		}
 	}
 }

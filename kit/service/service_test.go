@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -131,5 +132,35 @@ func TestZeroTopologySettingsRefused(t *testing.T) {
 	}
 	if c.LogMaxAge != 168*time.Hour || c.LogMaxBytes != 1<<30 {
 		t.Errorf("defaults: %+v", c.Common)
+	}
+}
+
+// A start-up step that fails while the server is not ready is tried again
+// until it succeeds; one that never does ends with the context, with its
+// last error.
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	log := zaptest.NewLogger(t)
+	calls := 0
+	err := Retry(t.Context(), log, "opening", func(ctx context.Context) error {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("a try has no deadline")
+		}
+		if calls++; calls < 3 {
+			return errors.New("nats: bucket not found")
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("Retry = %v after %d calls, want nil after 3", err, calls)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	err = Retry(ctx, log, "opening", func(context.Context) error {
+		cancel()
+		return errors.New("nats: timeout")
+	})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "opening") || !strings.Contains(err.Error(), "nats: timeout") {
+		t.Fatalf("Retry after cancel = %v", err)
 	}
 }

@@ -171,9 +171,12 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	} else {
 		log.Warn("no ORCH_TELEGRAM_BOT_TOKEN: alerts are only logged")
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamAdvisories, proto.NotifierConsumer(-1, n.ackWait))
-	if err != nil {
-		return fmt.Errorf("ensuring consumer %s: %w", proto.ConsumerNotifier, err)
+	var cons jetstream.Consumer
+	if err := service.Retry(ctx, log, "ensuring consumer "+proto.ConsumerNotifier, func(ctx context.Context) (err error) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, proto.StreamAdvisories, proto.NotifierConsumer(-1, n.ackWait))
+		return err
+	}); err != nil {
+		return err
 	}
 	m.bound.Store(true)
 	defer m.bound.Store(false)

@@ -96,9 +96,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	defer nc.Close()
 	m.nc.Store(nc)
-	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
-	if err != nil {
-		return fmt.Errorf("opening bucket %s: %w", proto.BucketTaskLocks, err)
+	var locks jetstream.KeyValue
+	if err := service.Retry(ctx, log, "opening bucket "+proto.BucketTaskLocks, func(ctx context.Context) (err error) {
+		locks, err = js.KeyValue(ctx, proto.BucketTaskLocks)
+		return err
+	}); err != nil {
+		return err
 	}
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
@@ -123,9 +126,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer stopHUPSignal()
 	bg.Go(func() { service.OnSignal(hupCtx, hup, r.reload) })
 
-	cons, err := js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(cfg.MaxConcurrency, cfg.MaxAttempts, cfg.AckWait))
-	if err != nil {
-		return fmt.Errorf("ensuring consumer %s: %w", proto.ConsumerRunner, err)
+	var cons jetstream.Consumer
+	if err := service.Retry(ctx, log, "ensuring consumer "+proto.ConsumerRunner, func(ctx context.Context) (err error) {
+		cons, err = js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(cfg.MaxConcurrency, cfg.MaxAttempts, cfg.AckWait))
+		return err
+	}); err != nil {
+		return err
 	}
 	return r.consume(ctx, cons)
 }

@@ -33,7 +33,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/notifier/alert"
 )
@@ -143,9 +143,12 @@ func New(ctx context.Context, js jetstream.JetStream, jobs jetstream.KeyValue, t
 	if cfg.Registry == nil {
 		return nil, errors.New("writeback: no registry")
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, topo.WritebackBucket())
-	if err != nil {
-		return nil, fmt.Errorf("ensuring bucket %s: %w", proto.BucketWriteback, err)
+	var kv jetstream.KeyValue
+	if err := service.Retry(ctx, log, "ensuring bucket "+proto.BucketWriteback, func(ctx context.Context) (err error) {
+		kv, err = js.CreateOrUpdateKeyValue(ctx, topo.WritebackBucket())
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	return &Writer{cfg: cfg, log: log, jobs: jobs, recs: records{kv}, entries: map[string]*entry{}, wake: make(chan struct{}, 1)}, nil
 }

@@ -154,24 +154,34 @@ func sweep(pgid int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		// Most agents leave nothing behind: then there is no child to
+		// wait for, and no need to read the whole of /proc.
+		if !reapAll() {
+			return
+		}
 		for _, pid := range children(os.Getpid()) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL) // its group, if it leads one
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		for {
-			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-			if errors.Is(err, syscall.ECHILD) {
-				return
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
+		if !reapAll() || time.Now().After(deadline) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// reapAll reaps every child that has ended and reports whether any child
+// is left.
+func reapAll() bool {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.ECHILD) {
+			return false
+		}
+		if pid <= 0 || err != nil {
+			return true
+		}
 	}
 }
 

@@ -145,3 +145,43 @@ func gitOut(t *testing.T, dir string, args ...string) string {
 	}
 	return string(out)
 }
+
+// Where git status answers (the worktree is not known clean), files made
+// after an earlier status are still named though git keeps an untracked
+// cache, and a new directory is named as itself.
+func TestUntrackedSeenThroughGitsCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	remote := filepath.Join(t.TempDir(), "remote")
+	if err := CreateRepo(ctx, remote, "main", map[string]string{"README.md": "hello\n", "src/a.txt": "a\n"}); err != nil {
+		t.Fatal(err)
+	}
+	ws := &Workspace{Root: t.TempDir()}
+	repo := Repo{Project: "widgets", CloneURL: remote, DefaultBranch: "main"}
+	want := Want{Task: "t-1"}
+	co, err := ws.Prepare(ctx, repo, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommitted := func() string {
+		t.Helper()
+		co, err := ws.Prepare(ctx, repo, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(co.Uncommitted, "; ")
+	}
+	write(t, co.Dir, "README.md", "edited\n")
+	if got := uncommitted(); !strings.Contains(got, "README.md") {
+		t.Fatalf("uncommitted %q, want README.md", got)
+	}
+	write(t, co.Dir, "src/late.txt", "late\n")
+	if got := uncommitted(); !strings.Contains(got, "src/late.txt") {
+		t.Errorf("uncommitted %q, want src/late.txt, made after the last status", got)
+	}
+	write(t, co.Dir, "newdir/x.txt", "x\n")
+	write(t, co.Dir, "newdir/y.txt", "y\n")
+	if got := uncommitted(); !strings.Contains(got, "?? newdir/") || strings.Contains(got, "x.txt") {
+		t.Errorf("uncommitted %q, want the new directory as itself", got)
+	}
+}

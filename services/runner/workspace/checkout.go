@@ -196,40 +196,54 @@ func fetchPull(ctx context.Context, gitDir string, want Want) (head, note string
 // holder is the worktree other than dir that has branch checked out,
 // empty if none has.
 func holder(ctx context.Context, gitDir, branch, dir string) string {
+	if path, err := holderOf(gitDir, branch, dir); err == nil {
+		return path
+	}
+	return holderByGit(ctx, gitDir, branch, dir)
+}
+
+// holderByGit is holder as git worktree list tells it.
+func holderByGit(ctx context.Context, gitDir, branch, dir string) string {
 	out, err := git(ctx, gitDir, "worktree", "list", "--porcelain")
 	if err != nil {
 		return ""
 	}
-	mine, _ := os.Stat(dir)
 	var path string
 	for _, l := range strings.Split(out, "\n") {
 		if p, ok := strings.CutPrefix(l, "worktree "); ok {
 			path = p
 		}
-		if l != "branch refs/heads/"+branch {
-			continue
+		if l == "branch refs/heads/"+branch {
+			return otherThan(path, dir)
 		}
-		fi, err := os.Stat(path)
-		if err != nil || (mine != nil && os.SameFile(fi, mine)) {
-			// Its own, or a record of a directory gone, which a
-			// prune drops when "worktree add" trips over it.
-			return ""
-		}
-		return path
 	}
 	return ""
 }
 
+// otherThan is path, the worktree that has a branch checked out, unless
+// it is dir itself or a record of a directory gone, which a prune drops
+// when "worktree add" trips over it.
+func otherThan(path, dir string) string {
+	fi, err := os.Stat(path)
+	if mine, _ := os.Stat(dir); err != nil || mine != nil && os.SameFile(fi, mine) {
+		return ""
+	}
+	return path
+}
+
 // branch is the branch the job wants the worktree on: the head branch of
 // its pull request when that is not an agent branch and is a branch name
-// git accepts, else agent/<task>.
+// git accepts, else agent/<task>. "@" and "@{...}", which git reads as
+// other branches (HEAD's, an earlier one), are never taken.
 func (w Want) branch(ctx context.Context, gitDir string) string {
 	h := w.HeadBranch
-	if h == "" || strings.HasPrefix(h, BranchPrefix) || strings.HasPrefix(h, "-") {
+	if h == "" || strings.HasPrefix(h, BranchPrefix) || strings.HasPrefix(h, "-") || h == "@" || strings.Contains(h, "@{") {
 		return Branch(w.Task)
 	}
-	if _, err := git(ctx, gitDir, "check-ref-format", "--branch", h); err != nil {
-		return Branch(w.Task)
+	if !branchNameOK(h) {
+		if _, err := git(ctx, gitDir, "check-ref-format", "--branch", h); err != nil {
+			return Branch(w.Task)
+		}
 	}
 	return h
 }

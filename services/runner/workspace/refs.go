@@ -302,3 +302,63 @@ func (wt worktree) setBase(ctx context.Context, oid string) error {
 	_, err := git(ctx, wt.dir, "update-ref", baseRef, oid)
 	return err
 }
+
+// holderOf is holder read from the clone's worktree records, as git
+// worktree list reads them: worktrees/<name>/HEAD names the branch a
+// worktree has checked out, worktrees/<name>/gitdir the .git file in its
+// directory. The clone itself is bare and has none checked out.
+func holderOf(gitDir, branch, dir string) (string, error) {
+	records := filepath.Join(gitDir, "worktrees")
+	entries, err := os.ReadDir(records)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", errRefsUnknown
+	}
+	for _, e := range entries {
+		rec := filepath.Join(records, e.Name())
+		target, err := readRefOnce(rec, "HEAD")
+		if err != nil {
+			return "", err
+		}
+		if target != "ref: refs/heads/"+branch {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(rec, "gitdir"))
+		if err != nil {
+			return "", errRefsUnknown
+		}
+		dotGit := strings.TrimSpace(string(b))
+		if !filepath.IsAbs(dotGit) {
+			dotGit = filepath.Join(rec, dotGit)
+		}
+		return otherThan(filepath.Dir(dotGit), dir), nil
+	}
+	return "", nil
+}
+
+// branchNameOK reports whether git certainly takes name as a branch name
+// (git check-ref-format --branch): no component that is empty, starts
+// with a dot or ends in .lock; no "..", "@{", control character, space or
+// any of ~^:?*[\; not "@", "HEAD" or a name that starts with "-" or ends
+// with "/" or ".". It is as strict as git or stricter: false only means
+// that git is to be asked.
+func branchNameOK(name string) bool {
+	if name == "" || name == "@" || name == "HEAD" || name[0] == '-' ||
+		strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".") ||
+		strings.Contains(name, "..") || strings.Contains(name, "@{") {
+		return false
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == "" || c[0] == '.' || strings.HasSuffix(c, ".lock") {
+			return false
+		}
+	}
+	for i := range len(name) {
+		if b := name[i]; b < 0x20 || b == 0x7f || strings.IndexByte(" ~^:?*[\\", b) >= 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,7 +1,11 @@
 package workspace_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,5 +117,40 @@ func TestNewWorktreeAndPackedRefs(t *testing.T) {
 	}
 	if base := gitOut(t, co.Dir, "rev-parse", "refs/worktree/orch/base"); base != b {
 		t.Errorf("git reads the base ref as %s, want %s", base, b)
+	}
+}
+
+// A job of a pull request from a person's branch, in a worktree already at
+// its head, starts without running git at all: the branch name, the
+// worktree that holds the branch, the refs and a clean status are read
+// in-process. (Each git process costs milliseconds before the agent
+// starts.)
+func TestJobAtItsHeadRunsNoGit(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, PR: 7, Since: time.Now()}
+	prepare(t, ws, repo, want)
+
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, calls := t.TempDir(), filepath.Join(t.TempDir(), "calls")
+	wrapper := fmt.Sprintf("#!/bin/sh\necho \"git $*\" >> %q\nexec %q \"$@\"\n", calls, real)
+	if err := os.WriteFile(filepath.Join(bin, "git"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	want.Since = time.Now()
+	co, err := ws.Prepare(context.Background(), repo, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Head != a || co.Branch != "feature/x" || len(co.Notes) != 0 {
+		t.Fatalf("second job: %+v, want feature/x at %s and no notes", co, a)
+	}
+	if ran, err := os.ReadFile(calls); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the job ran git:\n%s", ran)
 	}
 }

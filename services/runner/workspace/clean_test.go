@@ -47,17 +47,7 @@ func TestKnownClean(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			remote := filepath.Join(t.TempDir(), "remote")
-			if err := CreateRepo(ctx, remote, "main", map[string]string{"README.md": "hello\n", "src/a.txt": "a\n"}); err != nil {
-				t.Fatal(err)
-			}
-			ws := &Workspace{Root: t.TempDir()}
-			repo := Repo{Project: "widgets", CloneURL: remote, DefaultBranch: "main"}
-			want := Want{Task: "t-1"}
-			co, err := ws.Prepare(ctx, repo, want)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ws, repo, want, co := taskWorktree(t)
 			own, err := worktreeGitDir(co.Dir)
 			if err != nil {
 				t.Fatal(err)
@@ -85,6 +75,25 @@ func TestKnownClean(t *testing.T) {
 			}
 		})
 	}
+}
+
+// taskWorktree makes a repository of README.md and src/a.txt and, in a
+// new workspace, the worktree of the first job of task t-1.
+func taskWorktree(t *testing.T) (*Workspace, Repo, Want, Checkout) {
+	t.Helper()
+	ctx := context.Background()
+	remote := filepath.Join(t.TempDir(), "remote")
+	if err := CreateRepo(ctx, remote, "main", map[string]string{"README.md": "hello\n", "src/a.txt": "a\n"}); err != nil {
+		t.Fatal(err)
+	}
+	ws := &Workspace{Root: t.TempDir()}
+	repo := Repo{Project: "widgets", CloneURL: remote, DefaultBranch: "main"}
+	want := Want{Task: "t-1"}
+	co, err := ws.Prepare(ctx, repo, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ws, repo, want, co
 }
 
 func write(t *testing.T, dir, name, text string) {
@@ -151,21 +160,10 @@ func gitOut(t *testing.T, dir string, args ...string) string {
 // cache, and a new directory is named as itself.
 func TestUntrackedSeenThroughGitsCache(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	remote := filepath.Join(t.TempDir(), "remote")
-	if err := CreateRepo(ctx, remote, "main", map[string]string{"README.md": "hello\n", "src/a.txt": "a\n"}); err != nil {
-		t.Fatal(err)
-	}
-	ws := &Workspace{Root: t.TempDir()}
-	repo := Repo{Project: "widgets", CloneURL: remote, DefaultBranch: "main"}
-	want := Want{Task: "t-1"}
-	co, err := ws.Prepare(ctx, repo, want)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, repo, want, co := taskWorktree(t)
 	uncommitted := func() string {
 		t.Helper()
-		co, err := ws.Prepare(ctx, repo, want)
+		co, err := ws.Prepare(context.Background(), repo, want)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,9 @@
+package trackertest
+
+import (
+	"testing"
+
+	"github.com/orch-dev/orch/kit/natstest"
+)
+
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }

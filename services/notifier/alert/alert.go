@@ -3,14 +3,12 @@
 package alert
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 	"unicode/utf8"
 
+	filetail "github.com/orch-dev/orch/kit/tail"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/notifier/telegram"
 )
@@ -188,26 +186,5 @@ func attr(s string) string { return strings.ReplaceAll(telegram.Escape(s), `"`, 
 // the last 64 KiB. It returns "" when the file cannot be read (the runner
 // was on another host, say).
 func LogTail(path string, n int) string {
-	if path == "" {
-		return ""
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const window = 64 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > window {
-		_, _ = f.Seek(-window, io.SeekEnd)
-	}
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), window)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
+	return strings.Join(filetail.Lines(path, n, 64<<10), "\n")
 }

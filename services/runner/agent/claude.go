@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/orch-dev/orch/kit/tail"
 )
 
 // Limits on what of Claude Code's result reaches the status record, which
@@ -171,23 +173,13 @@ func JudgeWithoutResult(res Result, logPath string) Result {
 // lastLine is the last non-empty line of the file at path, read from its
 // last 4 KiB; "" when there is none or the file cannot be read.
 func lastLine(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const tail = 4 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > tail {
-		if _, err := f.Seek(fi.Size()-tail, io.SeekStart); err != nil {
-			return ""
+	lines := tail.Lines(path, 4<<10, 4<<10)
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			return l
 		}
 	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	return ""
 }
 
 // howToAllow says what agent_permissions setting would allow tools: file

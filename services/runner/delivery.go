@@ -178,7 +178,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 
 	if job.Kind == proto.KindCleanup {
 		log.Info("removing the task's worktree")
-		if err := r.ws.Remove(ctx, job.Project, job.Task.ID); err != nil {
+		if err := r.ws.Remove(ctx, job.Project, job.Task.ID, job.Task.PR); err != nil {
 			return outcome{res: agent.Result{ExitCode: -1, Err: err}}
 		}
 		return outcome{}

@@ -60,6 +60,17 @@ func TestForkPullRequestRunsAtItsHead(t *testing.T) {
 	if co = prepare(t, ws, repo, want); co.Head != c {
 		t.Fatalf("comment: head %s, want %s", co.Head, c)
 	}
+
+	// The pull request is closed: its cleanup removes the worktree, the
+	// task's branch and the fork's head fetched for it, which would
+	// otherwise keep the fork's commits in the clone for good.
+	gitDir, _ := ws.RepoDir("widgets")
+	if err := ws.Remove(context.Background(), "widgets", "pr-7", 7); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("git", "-C", gitDir, "for-each-ref", "refs/orch/", "refs/heads/agent/").Output(); err != nil || len(out) != 0 {
+		t.Errorf("refs left after cleanup (%v):\n%s", err, out)
+	}
 }
 
 // A head branch that is not on origin, of a pull request whose ref origin

@@ -223,7 +223,7 @@ func TestPushUpdatesThePRBranch(t *testing.T) {
 		t.Errorf("a branch was made beside the pull request's: %s", branches)
 	}
 
-	if err := ws.Remove(context.Background(), "widgets", "pr-7"); err != nil {
+	if err := ws.Remove(context.Background(), "widgets", "pr-7", 7); err != nil {
 		t.Fatal(err)
 	}
 	gitDir, _ := ws.RepoDir("widgets")

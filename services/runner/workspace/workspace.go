@@ -196,9 +196,10 @@ func cloneSource(url string) (string, error) {
 
 // Remove deletes the task's worktree and its local branch, agent/<task>
 // or the pull request's head branch it is on (a pushed branch stays on the
-// remote). Removing what is not there is not
-// an error.
-func (w *Workspace) Remove(ctx context.Context, project, task string) error {
+// remote), and, for pull request pr (0 for none), the head of a fork's
+// pull request fetched for it. Removing what is not there is not an
+// error.
+func (w *Workspace) Remove(ctx context.Context, project, task string, pr int) error {
 	dir, err := w.WorktreeDir(project, task)
 	if err != nil {
 		return err
@@ -237,6 +238,11 @@ func (w *Workspace) Remove(ctx context.Context, project, task string) error {
 		}
 		if _, err := git(ctx, gitDir, "branch", "-D", "--quiet", "--", branch); err != nil {
 			return fmt.Errorf("deleting branch %s: %w", branch, err)
+		}
+	}
+	if pr > 0 && refExists(ctx, gitDir, pullRef(pr)) {
+		if _, err := git(ctx, gitDir, "update-ref", "-d", pullRef(pr)); err != nil {
+			return fmt.Errorf("deleting %s: %w", pullRef(pr), err)
 		}
 	}
 	return nil

@@ -97,7 +97,7 @@ func TestWorktreeLifecycle(t *testing.T) {
 	}
 
 	// Cleanup removes the worktree and the local branch.
-	if err := ws.Remove(ctx, "widgets", "task-1"); err != nil {
+	if err := ws.Remove(ctx, "widgets", "task-1", 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -107,7 +107,7 @@ func TestWorktreeLifecycle(t *testing.T) {
 	if out := gitOut(t, gitDir, "branch", "--list", "agent/task-1"); out != "" {
 		t.Errorf("branch still there: %q", out)
 	}
-	if err := ws.Remove(ctx, "widgets", "task-1"); err != nil {
+	if err := ws.Remove(ctx, "widgets", "task-1", 0); err != nil {
 		t.Errorf("removing twice: %v", err)
 	}
 }

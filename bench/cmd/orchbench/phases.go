@@ -82,25 +82,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	t.ratio("dispatch p99", stats.Ms(dispatch.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
 		ratio(dispatch.P99(), rawPickup.P99()), false, 0)
 
-	log("drain %d new-task jobs at concurrency %d", b.o.drainN, b.o.concurrency)
-	rawDrain, err := b.rawDrain(ctx)
-	if err != nil {
+	if err := b.drainRows(ctx, t, log); err != nil {
 		return err
 	}
-	rawWork, err := b.rawWorkDrain(ctx, b.raw)
-	if err != nil {
-		return err
-	}
-	prof := b.profile("runner", "drain")
-	drain, err := b.drain(ctx)
-	prof.stop()
-	if err != nil {
-		return err
-	}
-	t.ratio(fmt.Sprintf("drain, new-task no-op jobs/s at concurrency %d", b.o.concurrency), fmt.Sprintf("%.0f/s", drain),
-		fmt.Sprintf("worktree add+agent+ack %.0f/s", rawWork), drain/rawWork, true, 0.7)
-	t.ratio("drain vs raw pull+ack", fmt.Sprintf("%.0f/s", drain),
-		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0)
 
 	loaded := map[string]proc.Memory{}
 	for _, name := range []string{"runner", "notifier"} {
@@ -113,7 +97,7 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	}
 
 	log("intake (fsync every write): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
-	prof = b.profile("gateway", "intake")
+	prof := b.profile("gateway", "intake")
 	err = b.intakeRows(ctx, t, "fsync always", b.js, b.gateway)
 	prof.stop()
 	if err != nil {
@@ -169,6 +153,41 @@ func (b *bench) dispatchOnly(ctx context.Context, t *table) error {
 		return err
 	}
 	return b.dispatchRows(ctx, t, log)
+}
+
+// drainOnly runs the drain rows alone (-only drain), with only the runner
+// started.
+func (b *bench) drainOnly(ctx context.Context, t *table) error {
+	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	if err := b.startRunner(ctx); err != nil {
+		return err
+	}
+	return b.drainRows(ctx, t, log)
+}
+
+// drainRows drains drainN new-task no-op jobs through the runner, against
+// the same work done by hand and against raw pull + ack.
+func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any)) error {
+	log("drain %d new-task jobs at concurrency %d", b.o.drainN, b.o.concurrency)
+	rawDrain, err := b.rawDrain(ctx)
+	if err != nil {
+		return err
+	}
+	rawWork, err := b.rawWorkDrain(ctx, b.raw)
+	if err != nil {
+		return err
+	}
+	prof := b.profile("runner", "drain")
+	drain, err := b.drain(ctx)
+	prof.stop()
+	if err != nil {
+		return err
+	}
+	t.ratio(fmt.Sprintf("drain, new-task no-op jobs/s at concurrency %d", b.o.concurrency), fmt.Sprintf("%.0f/s", drain),
+		fmt.Sprintf("worktree add+agent+ack %.0f/s", rawWork), drain/rawWork, true, 0.7)
+	t.ratio("drain vs raw pull+ack", fmt.Sprintf("%.0f/s", drain),
+		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0)
+	return nil
 }
 
 // dispatchRows measures, one job at a time at a low rate, webhook sent ->

@@ -144,11 +144,19 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		if cur := wt.currentBranch(ctx); want.HeadBranch == "" && cur != "" {
 			branch = cur
 		}
-	} else if err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
+	} else if start, err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
 		return Checkout{}, err
 	} else {
 		wt.own, _ = worktreeGitDir(dir)
 		wt.fresh = true
+		// A branch made from a remote branch starts at a remote head,
+		// which is its base: nothing in it is the worktree's own work,
+		// and no git process need count that.
+		if oid, err := readRef(gitDir, start); start != "" && err == nil && isOID(oid) {
+			if err := wt.setBase(ctx, oid); err != nil {
+				return Checkout{}, err
+			}
+		}
 	}
 	co, err := bringToHead(ctx, wt, want, branch, pullHead)
 	if err != nil {
@@ -249,8 +257,8 @@ func (w Want) branch(ctx context.Context, gitDir string) string {
 }
 
 // addWorktree adds the task's worktree at dir on branch, made from its
-// start point if it does not exist yet.
-func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) error {
+// start point if it does not exist yet; start is as worktreeAdd says.
+func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, err error) {
 	// A directory that is not a working worktree is what a crash during
 	// "worktree add" leaves: start it again. Its record goes with a
 	// prune, which reads every worktree's record, so it runs only when
@@ -258,54 +266,53 @@ func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Re
 	// that makes "worktree add" fail.
 	if _, err := os.Stat(dir); err == nil {
 		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("removing broken worktree: %w", err)
+			return "", fmt.Errorf("removing broken worktree: %w", err)
 		}
 		if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
-			return err
+			return "", err
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return fmt.Errorf("creating worktree parent: %w", err)
+		return "", fmt.Errorf("creating worktree parent: %w", err)
 	}
-	err := w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+	start, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
 	if err != nil {
 		if _, perr := git(ctx, gitDir, "worktree", "prune"); perr == nil {
-			err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+			start, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("adding worktree for %s: %w", want.Task, err)
+		return "", fmt.Errorf("adding worktree for %s: %w", want.Task, err)
 	}
-	return nil
+	return start, nil
 }
 
 // worktreeAdd runs "worktree add" of dir on branch, made from its start
-// point if it does not exist yet.
-func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) error {
-	var err error
+// point if it does not exist yet. start is the remote branch a new branch
+// was made from (refs/remotes/origin/...), "" when branch existed.
+func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, err error) {
 	if refExists(ctx, gitDir, "refs/heads/"+branch) {
 		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", dir, branch)
-	} else {
-		var start string
-		for _, b := range []string{branch, want.HeadBranch, repo.DefaultBranch} {
-			if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
-				start = "origin/" + b
-				break
-			}
-		}
-		if start == "" {
-			return fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
-		}
-		// A branch made from its own remote branch tracks it, as the
-		// worktree's job wants (see bringToHead), without another git
-		// process to say so.
-		track := "--no-track"
-		if start == "origin/"+branch {
-			track = "--track"
-		}
-		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", track, "-b", branch, dir, start)
+		return "", err
 	}
-	return err
+	for _, b := range []string{branch, want.HeadBranch, repo.DefaultBranch} {
+		if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
+			start = "refs/remotes/origin/" + b
+			break
+		}
+	}
+	if start == "" {
+		return "", fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
+	}
+	// A branch made from its own remote branch tracks it, as the
+	// worktree's job wants (see bringToHead), without another git
+	// process to say so.
+	track := "--no-track"
+	if start == "refs/remotes/origin/"+branch {
+		track = "--track"
+	}
+	_, err = git(ctx, gitDir, "worktree", "add", "--quiet", track, "-b", branch, dir, start)
+	return start, err
 }
 
 // currentBranch is the branch checked out in dir, empty when its HEAD is

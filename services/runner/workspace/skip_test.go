@@ -123,14 +123,41 @@ func TestNewWorktreeAndPackedRefs(t *testing.T) {
 // A job of a pull request from a person's branch, in a worktree already at
 // its head, starts without running git at all: the branch name, the
 // worktree that holds the branch, the refs and a clean status are read
-// in-process. (Each git process costs milliseconds before the agent
-// starts.)
-func TestJobAtItsHeadRunsNoGit(t *testing.T) {
+// in-process. A new task with no branch on the remote (a work item's
+// first job) runs one, the "worktree add". (Each git process costs
+// milliseconds before the agent starts.)
+func TestGitProcessesOfAJob(t *testing.T) {
 	o, a := newOrigin(t)
 	ws, repo := o.setup()
+	before := time.Now() // the new task's event, which the first job's fetch follows
 	want := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, PR: 7, Since: time.Now()}
 	prepare(t, ws, repo, want)
 
+	want.Since = time.Now()
+	co, ran := gitCalls(t, func() (workspace.Checkout, error) { return ws.Prepare(context.Background(), repo, want) })
+	if co.Head != a || co.Branch != "feature/x" || len(co.Notes) != 0 {
+		t.Fatalf("second job: %+v, want feature/x at %s and no notes", co, a)
+	}
+	if len(ran) != 0 {
+		t.Errorf("the job in its worktree ran git:\n%s", strings.Join(ran, "\n"))
+	}
+
+	main := o.head("main")
+	co, ran = gitCalls(t, func() (workspace.Checkout, error) {
+		return ws.Prepare(context.Background(), repo, workspace.Want{Task: "wid-41", Since: before})
+	})
+	if co.Head != main || co.Branch != "agent/wid-41" || co.Unpushed != 0 || len(co.Notes) != 0 {
+		t.Fatalf("new task: %+v, want agent/wid-41 at main %s and no notes", co, main)
+	}
+	if len(ran) != 1 || !strings.HasPrefix(ran[0], "git worktree add") {
+		t.Errorf("the new task ran git %d times, want once (worktree add):\n%s", len(ran), strings.Join(ran, "\n"))
+	}
+}
+
+// gitCalls runs prepare with a git on PATH that notes each of its runs,
+// and returns what prepare returned and the git command lines.
+func gitCalls(t *testing.T, prepare func() (workspace.Checkout, error)) (workspace.Checkout, []string) {
+	t.Helper()
 	real, err := exec.LookPath("git")
 	if err != nil {
 		t.Fatal(err)
@@ -141,16 +168,16 @@ func TestJobAtItsHeadRunsNoGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-
-	want.Since = time.Now()
-	co, err := ws.Prepare(context.Background(), repo, want)
+	co, err := prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if co.Head != a || co.Branch != "feature/x" || len(co.Notes) != 0 {
-		t.Fatalf("second job: %+v, want feature/x at %s and no notes", co, a)
+	data, err := os.ReadFile(calls)
+	if errors.Is(err, os.ErrNotExist) {
+		return co, nil
 	}
-	if ran, err := os.ReadFile(calls); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the job ran git:\n%s", ran)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return co, strings.Split(strings.TrimSpace(string(data)), "\n")
 }

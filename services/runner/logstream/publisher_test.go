@@ -158,12 +158,16 @@ func touch(t *testing.T, path string) {
 	}
 }
 
-// The bench agents print 300,000 lines as fast as they can: one with a
+// The bench agents print as fast as they can: 300,000 short lines with a
 // write per line, as an agent streaming its progress line by line does;
-// one with its output buffered, as most programs print to a file or pipe.
+// the same lines buffered, as most programs print to a file or pipe; and
+// Claude Code's own output, the events of a recorded stream-json run
+// (about 1.3 KB a line) over and over, 18,000 lines, a write per line,
+// which the runner also renders into the readable log.
 const (
 	benchAgentLines    = `awk 'BEGIN { for (i = 0; i < 300000; i++) { print "line " i ": the agent reports what it does, as fast as it can print it"; fflush() } }'`
 	benchAgentBuffered = `awk 'BEGIN { for (i = 0; i < 300000; i++) { print "line " i ": the agent reports what it does, as fast as it can print it" } }'`
+	benchAgentEvents   = `awk '{ l[n++] = $0 } END { for (i = 0; i < 18000; i++) { print l[i %% n]; fflush() } }' '%s'`
 )
 
 // BenchmarkAgentOutput runs the same agent with its output to /dev/null,
@@ -177,6 +181,11 @@ const (
 func BenchmarkAgentOutput(b *testing.B) {
 	b.Run("write-per-line", func(b *testing.B) { benchAgentOutput(b, benchAgentLines) })
 	b.Run("buffered", func(b *testing.B) { benchAgentOutput(b, benchAgentBuffered) })
+	events, err := filepath.Abs("testdata/success.jsonl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("claude-events", func(b *testing.B) { benchAgentOutput(b, fmt.Sprintf(benchAgentEvents, events)) })
 }
 
 // benchTimes add up the agent's elapsed and processor time.

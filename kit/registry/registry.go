@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/proto"
@@ -67,6 +68,11 @@ type Project struct {
 	// which Plane's API paths need: the notifier comments on work items
 	// only where it is set.
 	PlaneWorkspace string `yaml:"plane_workspace"`
+	// SparseCheckout lists the directories a new worktree of the project
+	// checks out (git's cone mode: those directories and the files at
+	// the top); empty checks out everything. A worktree keeps what it was
+	// made with.
+	SparseCheckout []string `yaml:"sparse_checkout"`
 	// Writeback says what the notifier writes back to the tracker a job
 	// came from: WritebackComment, WritebackStatus, WritebackBoth or
 	// WritebackOff. Empty means WritebackBoth wherever the tracker's URL
@@ -192,6 +198,11 @@ func (r *Registry) add(p *Project) error {
 			return fmt.Errorf("project %q: pipeline %s: %s names an unknown kind", p.Key, kind, next)
 		}
 	}
+	for _, d := range p.SparseCheckout {
+		if !sparseDir(d) {
+			return fmt.Errorf("project %q: sparse_checkout %q: want a directory of the repository, like src/api", p.Key, d)
+		}
+	}
 	switch p.Writeback {
 	case "", WritebackComment, WritebackStatus, WritebackBoth, WritebackOff:
 	default:
@@ -221,6 +232,20 @@ func (r *Registry) add(p *Project) error {
 	r.byKey[p.Key] = p
 	r.projects = append(r.projects, p)
 	return nil
+}
+
+// sparseDir reports whether d names a directory inside a repository as
+// git's cone mode takes it: a relative path of plain components.
+func sparseDir(d string) bool {
+	if d == "" || strings.HasPrefix(d, "/") || strings.ContainsAny(d, "*?[\\!\n") {
+		return false
+	}
+	for _, c := range strings.Split(strings.TrimSuffix(d, "/"), "/") {
+		if c == "" || c == "." || c == ".." || c == ".git" {
+			return false
+		}
+	}
+	return true
 }
 
 // Projects returns every project in file order.

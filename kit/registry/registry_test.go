@@ -1,7 +1,9 @@
 package registry
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -143,4 +145,22 @@ func TestAgentPermissionsErrorsNameTheLine(t *testing.T) {
 		{"misspelt key", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {allowed_tool: [Bash]}\n", "line 4"},
 		{"author without email", "projects:\n  - key: a\n    gitea_repo: x/y\n    git_author: {name: bot}\n", "line 2: project \"a\": git_author"},
 	})
+}
+
+// sparse_checkout takes directories of the repository, and refuses what
+// git's cone mode would not read as one, naming the line.
+func TestSparseCheckout(t *testing.T) {
+	t.Parallel()
+	r, err := Parse([]byte("projects:\n  - key: a\n    gitea_repo: x/y\n    sparse_checkout: [services/api, docs/]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.ByKey("a"); !slices.Equal(p.SparseCheckout, []string{"services/api", "docs/"}) {
+		t.Errorf("sparse_checkout = %q", p.SparseCheckout)
+	}
+	var bad []parseError
+	for _, d := range []string{"/abs", "../up", "a/../b", "*.go", "!a", "", ".git", "a//b"} {
+		bad = append(bad, parseError{d, fmt.Sprintf("projects:\n  - key: a\n    gitea_repo: x/y\n    sparse_checkout: [%q]\n", d), `line 2: project "a": sparse_checkout`})
+	}
+	checkParseErrors(t, bad)
 }

@@ -23,7 +23,7 @@ const clockSkew = time.Second
 // the remote as it was when the job was made, so a fetch that began since
 // is enough; a retry fetches anew.
 func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) (workspace.Checkout, error) {
-	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch}
+	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch, Sparse: p.SparseCheckout}
 	want := workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR}
 	if attempt == 1 && !job.CreatedAt.IsZero() {
 		want.Since = job.CreatedAt.Add(clockSkew)

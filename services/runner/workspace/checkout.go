@@ -291,28 +291,55 @@ func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Re
 // point if it does not exist yet. start is the remote branch a new branch
 // was made from (refs/remotes/origin/...), "" when branch existed.
 func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, err error) {
+	add := []string{"worktree", "add", "--quiet"}
+	if len(repo.Sparse) > 0 {
+		add = append(add, "--no-checkout") // checked out once sparse
+	}
 	if refExists(ctx, gitDir, "refs/heads/"+branch) {
-		_, err = git(ctx, gitDir, "worktree", "add", "--quiet", dir, branch)
+		add = append(add, dir, branch)
+	} else {
+		for _, b := range []string{branch, want.HeadBranch, repo.DefaultBranch} {
+			if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
+				start = "refs/remotes/origin/" + b
+				break
+			}
+		}
+		if start == "" {
+			return "", fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
+		}
+		// A branch made from its own remote branch tracks it, as the
+		// worktree's job wants (see bringToHead), without another git
+		// process to say so.
+		track := "--no-track"
+		if start == "refs/remotes/origin/"+branch {
+			track = "--track"
+		}
+		add = append(add, track, "-b", branch, dir, start)
+	}
+	if _, err := git(ctx, gitDir, add...); err != nil {
 		return "", err
 	}
-	for _, b := range []string{branch, want.HeadBranch, repo.DefaultBranch} {
-		if b != "" && refExists(ctx, gitDir, "refs/remotes/origin/"+b) {
-			start = "refs/remotes/origin/" + b
-			break
+	if len(repo.Sparse) > 0 {
+		if err := sparseCheckout(ctx, dir, repo.Sparse); err != nil {
+			// Not left half made: a later job would take the empty
+			// worktree for a finished one.
+			_, _ = git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir)
+			return "", err
 		}
 	}
-	if start == "" {
-		return "", fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
+	return start, nil
+}
+
+// sparseCheckout checks out, in the worktree at dir made without a
+// checkout, only dirs and the files at the top (git's cone mode).
+func sparseCheckout(ctx context.Context, dir string, dirs []string) error {
+	if _, err := git(ctx, dir, append([]string{"sparse-checkout", "set", "--cone", "--"}, dirs...)...); err != nil {
+		return fmt.Errorf("sparse checkout: %w", err)
 	}
-	// A branch made from its own remote branch tracks it, as the
-	// worktree's job wants (see bringToHead), without another git
-	// process to say so.
-	track := "--no-track"
-	if start == "refs/remotes/origin/"+branch {
-		track = "--track"
+	if _, err := git(ctx, dir, "checkout", "--quiet"); err != nil {
+		return fmt.Errorf("sparse checkout: %w", err)
 	}
-	_, err = git(ctx, gitDir, "worktree", "add", "--quiet", track, "-b", branch, dir, start)
-	return start, err
+	return nil
 }
 
 // currentBranch is the branch checked out in dir, empty when its HEAD is

@@ -64,6 +64,9 @@ type Repo struct {
 	CloneURL string
 	// DefaultBranch is where a new task branch starts.
 	DefaultBranch string
+	// Sparse lists the directories a new worktree checks out (git's cone
+	// mode); empty checks out everything.
+	Sparse []string
 }
 
 // Branch is the branch of task.

@@ -49,6 +49,10 @@ type Status struct {
 	// seconds (Claude Code reports its cost only at the end).
 	CostUSD float64 `json:"cost_usd,omitempty"`
 	Turns   int     `json:"turns,omitempty"`
+	// SpentUSD is the cost of every attempt that ended with a report,
+	// summed: what the job cost so far, where CostUSD is its latest
+	// attempt's.
+	SpentUSD float64 `json:"spent_usd,omitempty"`
 	// LastActivity is when the agent last printed something, updated
 	// with the progress while it runs.
 	LastActivity time.Time `json:"last_activity,omitzero"`

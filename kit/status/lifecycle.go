@@ -173,6 +173,11 @@ func settled(name string, state proto.State, o Outcome) Transition {
 		if err := attemptGuard(st, o.Attempt); err != nil {
 			return err
 		}
+		// The attempt's cost joins the job's once: a write applied again
+		// (its answer lost) finds the attempt settled already.
+		if o.Agent && st.State == proto.StateRunning && st.Attempt == o.Attempt {
+			st.SpentUSD += o.CostUSD
+		}
 		st.State, st.Attempt, st.MaxAttempts = state, o.Attempt, o.MaxAttempts
 		st.FinishedAt, st.Runner = o.FinishedAt, o.Runner
 		code := o.ExitCode

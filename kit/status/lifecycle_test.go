@@ -135,7 +135,24 @@ func TestSettledRecordsOutcome(t *testing.T) {
 			t.Errorf("%s wrote %+v", tc.tr.Name, st)
 		}
 	}
-	st := &proto.Status{State: proto.StateFailed, Attempt: 2, DLQSeq: 5, FinishedAt: now}
+
+	// The job's cost adds up its attempts', each once, though a settle
+	// may be applied again after its answer was lost.
+	st := &proto.Status{}
+	for i, tr := range []Transition{
+		StartAttempt(1, 3, "r1", "", now), Retry(o), Retry(o),
+		StartAttempt(2, 3, "r1", "", now), Finish(Outcome{Attempt: 2, MaxAttempts: 3, Agent: true, CostUSD: 0.25}),
+		Finish(Outcome{Attempt: 2, MaxAttempts: 3, Agent: true, CostUSD: 0.25}),
+	} {
+		if err := tr.apply(st); err != nil && i != 5 {
+			t.Fatalf("%s: %v", tr.Name, err)
+		}
+	}
+	if st.SpentUSD != 0.75 || st.CostUSD != 0.25 {
+		t.Errorf("after attempts costing 0.5 and 0.25: spent %v, cost %v", st.SpentUSD, st.CostUSD)
+	}
+
+	st = &proto.Status{State: proto.StateFailed, Attempt: 2, DLQSeq: 5, FinishedAt: now}
 	if err := DeadLetter(3, 0, now.Add(time.Hour)).apply(st); err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func TestJobPageShowsTheJobItsStatusAndItsLogSafely(t *testing.T) {
 	e.writeLog("j1", 1, "first attempt\n")
 	logPath := e.writeLog("j1", 2, "running go test\nFAIL "+evil+"\n")
 	e.put(proto.Status{Job: j, State: proto.StateRetrying, Attempt: 2, Runner: "build-01", ExitCode: &code,
-		Error: "agent exited with code 3 " + evil, Log: logPath, CostUSD: 0.37, Turns: 12,
+		Error: "agent exited with code 3 " + evil, Log: logPath, CostUSD: 0.37, SpentUSD: 0.5, Turns: 12,
 		StartedAt: time.Now().Add(-time.Minute), FinishedAt: time.Now()})
 	c := e.loggedIn()
 	a := c.get("/ui/jobs/j1")
@@ -172,7 +172,7 @@ func TestJobPageShowsTheJobItsStatusAndItsLogSafely(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Sort &lt;script&gt;", `href="https://git.example.com/acme/widgets/pulls/42"`, "Open the task in Gitea",
-		"2 of 3", "build-01", "<dd>3</dd>", "$0.37 (12 turns)", "agent exited with code 3",
+		"2 of 3", "build-01", "<dd>3</dd>", "$0.37 (12 turns); all attempts $0.50", "agent exited with code 3",
 		"pull_request", "by alice", "@agent please &lt;script&gt;", "Body &lt;script&gt;",
 		"Attempt 2", "Attempt 1", "first attempt", "running go test", "FAIL &lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&lt;img",
 		`href="/ui/jobs/j1/cancel"`,

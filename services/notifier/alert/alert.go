@@ -88,6 +88,9 @@ func Render(f Failure) string {
 		}
 		hd.WriteString("\n")
 	}
+	if st.SpentUSD > st.CostUSD {
+		fmt.Fprintf(&hd, "Cost of all attempts: $%.2f\n", st.SpentUSD)
+	}
 	if st.Runner != "" {
 		fmt.Fprintf(&hd, "Runner: %s\n", head(st.Runner, 64))
 	}

@@ -17,7 +17,7 @@ func failure() Failure {
 		Status: &proto.Status{
 			Job: proto.Job{ID: "abc123", Kind: proto.KindFix, Project: "acme",
 				Task: proto.Task{ID: "task-7", Title: "Fix <login> & “signup” 🚀 Починить", URL: "https://plane.example.com/acme/issues/7?a=1&b=2"}},
-			MaxAttempts: 3, ExitCode: &code, Error: "exit 2: <nil> & ошибка", CostUSD: 1.5,
+			MaxAttempts: 3, ExitCode: &code, Error: "exit 2: <nil> & ошибка", CostUSD: 1.5, SpentUSD: 4.25,
 		},
 		Attempts: 3, Reason: "failed on every attempt",
 		LogTail: "line 1\nline <2> & 🚀",
@@ -35,6 +35,7 @@ func TestRender(t *testing.T) {
 		"Exit code: 2\n",
 		"Reason: failed on every attempt\n",
 		"Cost: $1.50\n",
+		"Cost of all attempts: $4.25\n",
 		`Job: <code>abc123</code> · <a href="https://orch.example.com/ui/jobs/abc123">details</a>`,
 		"Error: exit 2: &lt;nil&gt; &amp; ошибка",
 		"<pre>line 1\nline &lt;2&gt; &amp; 🚀</pre>",

@@ -110,6 +110,9 @@ func figures(st *proto.Status, attempt string) string {
 	if st.CostUSD > 0 {
 		parts = append(parts, fmt.Sprintf("$%.2f", st.CostUSD))
 	}
+	if st.SpentUSD > st.CostUSD {
+		parts = append(parts, fmt.Sprintf("$%.2f with the earlier attempts", st.SpentUSD))
+	}
 	parts = append(parts, attempt)
 	return "Done: " + strings.Join(parts, " · ") + "."
 }

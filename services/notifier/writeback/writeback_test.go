@@ -42,8 +42,11 @@ func TestFailOnceThenSucceed(t *testing.T) {
 	b.waitComment(7, proto.CommentMarker(job.ID), "orch · review · running", "attempt 1 of 3")
 	b.set(job, retrying(1, "agent exited with code 1"))
 	b.set(job, running(2))
-	b.set(job, done("The widget spins now.\n\nI added a test for it."))
-	c := b.waitComment(7, "✅ orch · review · done", "The widget spins now.", "7 turns", "$0.42", "took 4m12s",
+	b.set(job, func(s *proto.Status) {
+		done("The widget spins now.\n\nI added a test for it.")(s)
+		s.SpentUSD = 0.67 // the failed attempt cost 0.25
+	})
+	c := b.waitComment(7, "✅ orch · review · done", "The widget spins now.", "7 turns", "$0.42", "$0.67 with the earlier attempts", "took 4m12s",
 		"["+job.ID+"](https://orch.example.com/ui/jobs/"+job.ID+")")
 	if !strings.HasPrefix(c.Body, proto.CommentMarker(job.ID)) {
 		t.Errorf("comment does not open with the marker:\n%s", c.Body)

@@ -16,11 +16,11 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// run is one agent run of a job, from its record.
 // orphanGrace is how long an agent may outlive its SIGKILLed runner: the
 // supervisor sees the runner gone and kills the agent's group.
 const orphanGrace = 100 * time.Millisecond
 
+// run is one agent run of a job, from its record.
 type run struct {
 	attempt int
 	tag     string // the runner incarnation

@@ -151,22 +151,22 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 			return nil, fmt.Errorf("ensuring stream %s: %w", cfg.Name, err)
 		}
 	}
-	kv, err := ensureBucket(ctx, js, t.JobsBucket())
+	kv, err := EnsureBucket(ctx, js, t.JobsBucket())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ensureBucket(ctx, js, t.TaskLocksBucket()); err != nil {
+	if _, err := EnsureBucket(ctx, js, t.TaskLocksBucket()); err != nil {
 		return nil, err
 	}
 	return kv, nil
 }
 
-// ensureBucket creates the bucket, or updates it if it exists with
+// EnsureBucket creates the bucket, or updates it if it exists with
 // another configuration. Like the streams in Ensure, a bucket that is
 // already as configured is left alone: services start together, and an
-// update of a stream while another service creates a consumer on it is
-// a data race inside nats-server (seen under -race).
-func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// update of a stream while another service creates a consumer (a KV
+// watch) on it is a data race inside nats-server (seen under -race).
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		kv, err = js.UpdateKeyValue(ctx, cfg)

@@ -145,7 +145,7 @@ func New(ctx context.Context, js jetstream.JetStream, jobs jetstream.KeyValue, t
 	}
 	var kv jetstream.KeyValue
 	if err := service.Retry(ctx, log, "ensuring bucket "+proto.BucketWriteback, func(ctx context.Context) (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, topo.WritebackBucket())
+		kv, err = proto.EnsureBucket(ctx, js, topo.WritebackBucket())
 		return err
 	}); err != nil {
 		return nil, err

@@ -43,14 +43,13 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 		r.recordProgress(progCtx, log, job, attempt, pub)
 	}()
 
-	res := r.runAgentTimed(ctx, job, spec)
 	// agent.Run says whether the agent ended before ctx did: a stopped
 	// agent's result is the cause of the stop, whatever its exit status.
 	// One that ended first keeps its result even if the lease is lost
 	// later, while its output is drained: settling it is guarded by the
 	// record (see settle), so a later delivery that owns the job wins, and
 	// one that comes after finds the job done instead of running it again.
-
+	res := r.runAgentTimed(ctx, job, spec)
 	stopProgress()
 	<-progDone
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LogDrainTimeout)

@@ -2,7 +2,7 @@
 // gateway, the runner and the notifier share that are not the wire
 // contract (that is package proto). status has the job lifecycle and the
 // status store, registry the projects.yaml format, service the common
-// configuration and start-up, backoff the waits between tries, embedded
-// an in-process JetStream server; natstest, testkit, trackertest and
-// metricstest are for tests.
+// configuration and start-up, backoff the waits between tries, scrub the
+// secrets taken out of text people read, embedded an in-process JetStream
+// server; natstest, testkit, trackertest and metricstest are for tests.
 package kit

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/scrub"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/notifier/writeback"
@@ -96,7 +97,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	hc := &http.Client{Timeout: writeback.TimeoutDefault}
 	cfg := writeback.Config{
 		Registry: current.get, PublicURL: n.cfg.PublicURL, QueuedAfter: c.QueuedAfter,
-		Scrubber: writeback.Scrubber{Secrets: []string{c.GiteaToken, c.PlaneToken, n.cfg.TelegramBotToken}},
+		Scrubber: scrub.Scrubber{Secrets: []string{c.GiteaToken, c.PlaneToken, n.cfg.TelegramBotToken}},
 		LogTail:  func(ctx context.Context, st *proto.Status) string { return n.logTail(ctx, log, st) },
 		Recorder: n.metrics,
 	}

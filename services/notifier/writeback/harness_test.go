@@ -15,6 +15,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/scrub"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/kit/status/statustest"
 	"github.com/orch-dev/orch/kit/testkit"
@@ -62,7 +63,7 @@ func setup(t *testing.T) *bundle {
 		Registry: func() *registry.Registry { return reg }, PublicURL: "https://orch.example.com/",
 		QueuedAfter: time.Hour, MinEdit: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond,
 		RetryMaxDelay: 500 * time.Millisecond, RejectedDelay: time.Minute, Lease: 3 * time.Second, Workers: 2,
-		Scrubber: Scrubber{Secrets: []string{giteaToken, planeKey}},
+		Scrubber: scrub.Scrubber{Secrets: []string{giteaToken, planeKey}},
 	}
 	return b
 }

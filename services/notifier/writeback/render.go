@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"html"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -247,42 +246,6 @@ func cmpTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// Scrubber removes what a comment must never show from text that came
-// from an agent's run: the notifier's own tokens, values that look like
-// credentials, and paths on a runner's disk.
-type Scrubber struct {
-	// Secrets are literal values replaced wherever they appear.
-	Secrets []string
-}
-
-var (
-	// credential matches "token=...", "password: ...", "api_key=..." and
-	// the like, keeping the name and hiding the value.
-	credential = regexp.MustCompile(`(?i)\b([a-z0-9_]*(?:token|secret|password|passwd|api[_-]?key|credentials?)[a-z0-9_]*)(\s*[:=]\s*)("[^"]*"|'[^']*'|\S+)`)
-	// bearer matches an Authorization header's value.
-	bearer = regexp.MustCompile(`(?i)\b(bearer|token|basic)\s+[A-Za-z0-9._~+/=-]{16,}`)
-	// absPath matches an absolute path that does not follow a URL's
-	// host, so https://host/a/b is left alone.
-	absPath = regexp.MustCompile(`(^|[\s'"(=,\[])(/[^\s'"():,\]]+/)([^\s'"():,\]/]*)`)
-)
-
-// Scrub returns s with secrets, credentials and absolute paths replaced.
-// workspace, when known, is the runner's workspace root, which is cut from
-// paths first.
-func (sc Scrubber) Scrub(s, workspace string) string {
-	for _, secret := range sc.Secrets {
-		if len(secret) >= 4 {
-			s = strings.ReplaceAll(s, secret, "[redacted]")
-		}
-	}
-	if workspace != "" && workspace != "/" {
-		s = strings.ReplaceAll(s, strings.TrimRight(workspace, "/")+"/", "")
-	}
-	s = credential.ReplaceAllString(s, "$1$2[redacted]")
-	s = bearer.ReplaceAllString(s, "$1 [redacted]")
-	return absPath.ReplaceAllString(s, "$1…/$3")
 }
 
 // WorkspaceOf returns the runner's workspace root from the path of an

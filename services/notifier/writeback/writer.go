@@ -43,6 +43,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/kit/scrub"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/notifier/alert"
@@ -89,7 +90,7 @@ type Config struct {
 	MinEdit, RetryDelay, RetryMaxDelay, RejectedDelay, Lease time.Duration
 	Workers                                                  int
 	// Scrubber cleans what came from the agent's run.
-	Scrubber Scrubber
+	Scrubber scrub.Scrubber
 	// LogTail returns the end of the readable log of a job's last
 	// attempt. Default: the runner's log file, where it is readable here.
 	LogTail func(ctx context.Context, st *proto.Status) string

@@ -30,6 +30,10 @@ type Options struct {
 	ClusterName string
 	ClusterPort int
 	Routes      []string
+	// Users may connect, each with its permissions (natsauth.ServerUsers);
+	// with any, a client without a login is refused. None: anyone may
+	// connect and do anything, as tests want.
+	Users []*server.User
 }
 
 // Server is a running embedded server that can be shut down and started
@@ -75,6 +79,7 @@ func (s *Server) start() error {
 		SyncAlways: s.opts.SyncAlways,
 		NoSigs:     true,
 		NoLog:      true,
+		Users:      s.opts.Users,
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"

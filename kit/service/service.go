@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/orch-dev/orch/kit/backoff"
+	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -32,8 +33,22 @@ const EnvPrefix = "ORCH_"
 type Common struct {
 	// NATSURL lists NATS servers, comma-separated.
 	NATSURL string `env:"NATS_URL" envDefault:"nats://127.0.0.1:4222"`
-	// NATSCreds is a credentials file for a secured cluster.
+	// NATSCreds is a credentials file (a user JWT and its nkey seed).
 	NATSCreds string `env:"NATS_CREDS"`
+	// NATSUser and NATSPassword (or NATSPasswordFile, the file holding
+	// it) log in as a user of the server's authorization block: one per
+	// service (kit/natsauth). The password is never logged.
+	NATSUser         string `env:"NATS_USER"`
+	NATSPassword     Secret `env:"NATS_PASSWORD"`
+	NATSPasswordFile string `env:"NATS_PASSWORD_FILE"`
+	// NATSNKeySeedFile is the file of an nkey user's seed.
+	NATSNKeySeedFile string `env:"NATS_NKEY_SEED_FILE"`
+	// NATSCAFile verifies the server's certificate (TLS); NATSCertFile
+	// and NATSKeyFile are the client's own, for servers that verify
+	// clients.
+	NATSCAFile   string `env:"NATS_CA_FILE"`
+	NATSCertFile string `env:"NATS_CERT_FILE"`
+	NATSKeyFile  string `env:"NATS_KEY_FILE"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `env:"LOG_LEVEL" envDefault:"info"`
 	// LogFormat is json or console.
@@ -108,6 +123,9 @@ func (c *Common) validate() error {
 	}
 	if c.StreamReplicas < 1 {
 		errs = append(errs, errors.New("ORCH_STREAM_REPLICAS must be at least 1"))
+	}
+	if _, err := c.natsAuth(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -188,11 +206,25 @@ func NewLogger(c Common, name string) (*zap.Logger, error) {
 }
 
 // Connect connects to NATS with reconnects that never give up, and ensures
-// the topology. The caller closes the connection.
+// the topology. The caller closes the connection. name is the service
+// (gateway, runner, notifier): its replies arrive under its own inbox
+// prefix (natsauth.InboxPrefix), which its NATS user alone may read. A
+// server that refuses what the service asks (a permission violation) is
+// logged at warn; one that refuses its login closes the connection, and
+// Connect returns that error.
 func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue, error) {
 	SetDefaults(&c)
+	auth, err := c.natsAuth()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Closed for good (a refused login, given up after twice): start-up
+	// stops waiting for JetStream.
+	ctx, closed := context.WithCancelCause(ctx)
+	defer closed(nil)
 	opts := []nats.Option{
 		nats.Name("orch-" + name),
+		nats.CustomInboxPrefix(natsauth.InboxPrefix(name)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
@@ -204,10 +236,26 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
 		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			// "Permissions Violation for Publish to ...": a call this
+			// service's NATS user may not make (see docs/deploy.md).
+			fields := []zap.Field{zap.Error(err)}
+			if sub != nil {
+				fields = append(fields, zap.String("subject", sub.Subject))
+			}
+			log.Warn("nats error", fields...)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			// Closed by the server: a login refused or expired. A
+			// deliberate Close leaves the last error (a permission
+			// violation, say) that is no reason.
+			if err := nc.LastError(); err != nil && !errors.Is(err, nats.ErrPermissionViolation) {
+				log.Error("nats connection closed", zap.Error(err))
+				closed(fmt.Errorf("nats connection closed: %w", err))
+			}
+		}),
 	}
-	if c.NATSCreds != "" {
-		opts = append(opts, nats.UserCredentials(c.NATSCreds))
-	}
+	opts = append(opts, auth...)
 	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connecting to nats: %w", err)
@@ -225,6 +273,9 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 	})
 	if err != nil {
 		nc.Close()
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
 		return nil, nil, nil, err
 	}
 	return nc, js, kv, nil

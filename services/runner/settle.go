@@ -30,8 +30,9 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 	}
 	if c := out.claude; c != nil {
 		o.Agent, o.CostUSD, o.Turns, o.SessionID = true, c.TotalCostUSD, c.NumTurns, c.SessionID
-		o.Result = c.Text()
+		o.Result = c.Result
 	}
+	r.shown(&o)
 	// record applies t and reports whether it wrote; a refusal (the
 	// record has moved on) is not retried.
 	record := func(t func(status.Outcome) status.Transition) bool {

@@ -2,6 +2,9 @@
 // from a template per kind of job. Each kind has an embedded default
 // (templates/<kind>.md); a project may replace any of them with its own
 // file, named in the registry's templates map relative to the registry file.
+// The words of people (titles, descriptions, comments, reviews) are quoted
+// in fenced blocks that the task tells the agent to read as data (see
+// Data.Quote).
 package prompt
 
 import (
@@ -44,6 +47,9 @@ type Data struct {
 	// Notes say where the worktree is not simply at the head the job is
 	// about: kept work of an earlier job, a head that moved on.
 	Notes []string
+
+	// marker fences the texts people wrote (see Quote); Render sets it.
+	marker string
 }
 
 // Templates are the task templates of every project.
@@ -90,6 +96,7 @@ func Load(reg *registry.Registry) (*Templates, error) {
 // Render returns the task text for d.Job: the project's template of its
 // kind if there is one, else the embedded default.
 func (t *Templates) Render(d Data) (string, error) {
+	d.marker = chooseMarker(d)
 	var buf bytes.Buffer
 	var err error
 	if tmpl := t.override(d.Job.Project, d.Job.Kind); tmpl != nil {

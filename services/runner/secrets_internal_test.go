@@ -36,15 +36,17 @@ func TestScrubbedCutsAfterScrubbing(t *testing.T) {
 }
 
 // The runner's secrets include those of a Config built in Go, which the
-// environment does not hold: here the NATS creds file's seed.
+// environment does not hold: here the NATS password and the NATS creds
+// file's seed.
 func TestSecretsOfConfig(t *testing.T) {
 	creds := filepath.Join(t.TempDir(), "runner.creds")
 	const seed = "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4"
 	if err := os.WriteFile(creds, []byte("-----BEGIN USER NKEY SEED-----\n"+seed+"\n------END USER NKEY SEED------\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{cfg: Config{Common: service.Common{NATSCreds: creds}}}
-	if got := r.secrets(); !slices.Contains(got, seed) {
-		t.Errorf("secrets %q lack the creds file's seed", got)
+	const password = "nats-password-set-in-go"
+	r := &Runner{cfg: Config{Common: service.Common{NATSCreds: creds, NATSPassword: password}}}
+	if got := r.secrets(); !slices.Contains(got, seed) || !slices.Contains(got, password) {
+		t.Errorf("secrets %q lack the creds file's seed or the NATS password", got)
 	}
 }

@@ -14,11 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/api"
 	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/metrics"
@@ -64,12 +66,40 @@ type Config struct {
 	APIToken string `env:"API_TOKEN"`
 	// MaxBodyBytes bounds a webhook body; larger ones get 413.
 	MaxBodyBytes service.ByteSize `env:"MAX_BODY_BYTES" envDefault:"5MiB"`
+	// MaxTaskBytes bounds a job as it is published: the text a person
+	// wrote (the task's body, the trigger text, the title) is cut to fit,
+	// with a marker naming where the whole text is. At most
+	// MaxTaskBytesCap, and at most half the NATS server's max payload
+	// (checked once connected): the job's status record carries the job
+	// and more.
+	MaxTaskBytes service.ByteSize `env:"MAX_TASK_BYTES" envDefault:"256KiB"`
+	// MaxConcurrentWebhooks is how many webhook deliveries hold a body at
+	// once (see api.WebhookLimits).
+	MaxConcurrentWebhooks int `env:"MAX_CONCURRENT_WEBHOOKS" envDefault:"64"`
+	// DedupeTTL is how long a delivery's dedupe key is kept in KV dedupe:
+	// the same event within it runs nothing, however long ago its status
+	// record (ORCH_STATUS_TTL) expired.
+	DedupeTTL time.Duration `env:"DEDUPE_TTL" envDefault:"720h"`
+	// BodyTimeout is how long a webhook's body may take to arrive; zero
+	// means api.BodyTimeoutDefault (tests shorten it).
+	BodyTimeout time.Duration `env:"-"`
+	// SlotWait is how long a webhook waits for a body slot; zero means
+	// api.SlotWaitDefault (tests shorten it).
+	SlotWait time.Duration `env:"-"`
 	// PublicURL is the base URL of links to a job.
 	PublicURL string `env:"PUBLIC_URL"`
 
 	// Listener, when set, is used instead of listening on HTTPAddr (tests).
 	Listener net.Listener `env:"-"`
 }
+
+// Bounds of ORCH_MAX_TASK_BYTES: a job's own fields and the cut markers
+// need MaxTaskBytesMin; MaxTaskBytesCap keeps a job well under NATS's
+// default max payload of 1 MiB.
+const (
+	MaxTaskBytesMin = 4 << 10
+	MaxTaskBytesCap = 512 << 10
+)
 
 // SetDefaults gives a Config built in Go its defaults (see
 // service.SetDefaults).
@@ -86,6 +116,16 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes <= 0 {
 		errs = append(errs, errors.New("ORCH_MAX_BODY_BYTES must be positive"))
+	}
+	if c.MaxTaskBytes < MaxTaskBytesMin || c.MaxTaskBytes > MaxTaskBytesCap {
+		errs = append(errs, fmt.Errorf("ORCH_MAX_TASK_BYTES is %d bytes, want %d (4KiB) to %d (512KiB)",
+			c.MaxTaskBytes, MaxTaskBytesMin, MaxTaskBytesCap))
+	}
+	if c.MaxConcurrentWebhooks < 1 {
+		errs = append(errs, errors.New("ORCH_MAX_CONCURRENT_WEBHOOKS must be at least 1"))
+	}
+	if c.DedupeTTL <= 0 {
+		errs = append(errs, errors.New("ORCH_DEDUPE_TTL must be positive"))
 	}
 	return errors.Join(errs...)
 }
@@ -112,12 +152,13 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	ix := index.New()
-	m := metrics.New(sp.Depth, ix.Counts)
-	q := queue.New(sp, ix, m, log.Named("queue"))
+	m := metrics.New(sp, ix.Counts)
+	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), DuplicateWindow: cfg.DuplicateWindow}, log.Named("queue"))
 	srv := &api.Server{
 		Log: log.Named("http"), Queue: q, Index: ix, Metrics: m, Registry: current.Load,
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
+		Webhooks: api.WebhookLimits{MaxConcurrent: cfg.MaxConcurrentWebhooks, BodyTimeout: cfg.BodyTimeout, SlotWait: cfg.SlotWait},
 	}
 	dashboard := ui.New(ui.Config{
 		Backend: srv, APIToken: cfg.APIToken, Log: log.Named("ui"),
@@ -138,6 +179,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer func() { stopBG(); wg.Wait() }()
+	// fatal stops the gateway for a setting found wrong only once
+	// connected.
+	fatal := make(chan error, 1)
 
 	wg.Go(func() {
 		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", log)
@@ -146,7 +190,20 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}
 		defer nc.Close()
 		st := status.New(kv)
-		q.Connect(nc, js, st)
+		if err := checkMaxPayload(cfg.MaxTaskBytes, nc.MaxPayload()); err != nil {
+			fatal <- err
+			return
+		}
+		var dkv jetstream.KeyValue
+		if service.Retry(bg, log, "ensuring bucket "+proto.BucketDedupe, func(ctx context.Context) (err error) {
+			dkv, err = proto.EnsureBucket(ctx, js, cfg.Topology().DedupeBucket(cfg.DedupeTTL))
+			return err
+		}) != nil {
+			return // bg ended
+		}
+		dd := queue.NewDedupe(dkv, cfg.DedupeTTL)
+		wg.Go(func() { dd.Watch(bg, log.Named("dedupe")) })
+		q.Connect(nc, js, st, dd)
 		srv.Connect(nc, js, st)
 		log.Info("jetstream connected", zap.Int("spool_depth", sp.Depth()))
 		ix.Watch(bg, kv, log.Named("index"))
@@ -171,10 +228,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	log.Info("gateway listening", zap.String("addr", ln.Addr().String()), zap.Int("projects", len(reg.Projects())),
 		zap.String("spool", sp.Dir()), zap.Int("spool_depth", sp.Depth()))
 
+	var runErr error
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
 		return fmt.Errorf("serving http: %w", err)
+	case runErr = <-fatal:
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer scancel()
@@ -185,6 +244,18 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return fmt.Errorf("serving http: %w", err)
 	}
 	log.Info("gateway stopped", zap.Int("spool_depth", sp.Depth()))
+	return runErr
+}
+
+// checkMaxPayload refuses an ORCH_MAX_TASK_BYTES over half the NATS
+// server's max payload: the job's status record carries the job with the
+// record's own fields (an error, the agent's result), and a job copied to
+// JOBS_DLQ gains headers.
+func checkMaxPayload(maxTask service.ByteSize, maxPayload int64) error {
+	if int64(maxTask) > maxPayload/2 {
+		return fmt.Errorf("ORCH_MAX_TASK_BYTES (%d) is over half the NATS server's max_payload (%d): lower it to %d or less, or raise max_payload",
+			maxTask, maxPayload, maxPayload/2)
+	}
 	return nil
 }
 

@@ -61,6 +61,8 @@ type env struct {
 	projects string
 	token    string
 	maxBody  service.ByteSize
+	// tune, when set, changes the gateway's configuration last.
+	tune func(*gateway.Config)
 }
 
 func newEnv(t *testing.T) *env {
@@ -103,6 +105,9 @@ func (e *env) start() *gw {
 		Common:   service.Common{NATSURL: e.srv.URL(), DataDir: e.dataDir},
 		Listener: ln, ProjectsFile: e.projects, GiteaSecret: giteaSecret, PlaneSecret: planeSecret,
 		APIToken: e.token, MaxBodyBytes: e.maxBody,
+	}
+	if e.tune != nil {
+		e.tune(&cfg)
 	}
 	log := zaptest.NewLogger(t)
 	go func() { g.done <- gateway.Run(ctx, cfg, log) }()

@@ -45,6 +45,9 @@ type Server struct {
 	// UI, when set, serves the dashboard under /ui/; it checks its own
 	// session.
 	UI http.Handler
+	// Webhooks bounds the deliveries read at once and how long a body
+	// may take (see WebhookLimits).
+	Webhooks WebhookLimits
 
 	backend atomic.Pointer[backend]
 }
@@ -114,17 +117,29 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// Readiness is the body of GET /readyz: whether the gateway can queue
+// now, and what its spool holds. A spool that does not drain leaves the
+// gateway ready (it still takes webhooks, onto its disk), so the body
+// says it instead.
+type Readiness struct {
+	Status string       `json:"status,omitempty"`
+	Error  string       `json:"error,omitempty"`
+	Spool  SpoolFigures `json:"spool"`
+}
+
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	b := s.backend.Load()
-	if b == nil {
-		writeError(w, http.StatusServiceUnavailable, "nats: not connected yet")
-		return
+	ans := Readiness{Status: "ready", Spool: s.spoolFigures()}
+	switch b := s.backend.Load(); {
+	case b == nil:
+		ans.Status, ans.Error = "", "nats: not connected yet"
+	case b.nc.Status() != nats.CONNECTED:
+		ans.Status, ans.Error = "", "nats: "+b.nc.Status().String()
 	}
-	if b.nc.Status() != nats.CONNECTED {
-		writeError(w, http.StatusServiceUnavailable, "nats: "+b.nc.Status().String())
-		return
+	code := http.StatusOK
+	if ans.Error != "" {
+		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	writeJSON(w, code, ans)
 }
 
 // QueueAnswer is the body of GET /queue.
@@ -154,9 +169,14 @@ type ConsumerFigures struct {
 }
 
 // SpoolFigures describe the gateway's local spool: Depth events wait for
-// JetStream.
+// JetStream, the oldest of them for OldestAgeSeconds (0 when none waits).
 type SpoolFigures struct {
-	Depth int `json:"depth"`
+	Depth            int     `json:"depth"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+func (s *Server) spoolFigures() SpoolFigures {
+	return SpoolFigures{Depth: s.Queue.SpoolDepth(), OldestAgeSeconds: s.Queue.SpoolOldestAge().Seconds()}
 }
 
 func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
@@ -171,7 +191,7 @@ func (s *Server) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	ans := QueueAnswer{
 		Counts: s.Index.Counts(), Recent: s.Index.Recent(limit),
-		Spool: SpoolFigures{Depth: s.Queue.SpoolDepth()},
+		Spool: s.spoolFigures(),
 	}
 	ans.Stream, ans.Consumer = s.Figures(r.Context())
 	writeJSON(w, http.StatusOK, ans)

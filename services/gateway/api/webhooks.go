@@ -1,17 +1,16 @@
 package api
 
 import (
-	"bytes"
 	"errors"
 	"mime"
 	"net/http"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/metrics"
+	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/trigger"
 	"github.com/orch-dev/orch/services/gateway/webhook"
 )
@@ -105,18 +104,38 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 			return
 		}
 	}
-	buf := getBody(r.ContentLength, s.MaxBodyBytes)
-	defer putBody(buf)
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
+	if r.ContentLength > s.MaxBodyBytes {
 		fail(http.StatusRequestEntityTooLarge, metrics.OutcomeTooLarge, "body larger than ORCH_MAX_BODY_BYTES")
 		return
 	}
+	release, err := s.Webhooks.acquire(r.Context())
 	if err != nil {
+		if errors.Is(err, errBusy) {
+			w.Header().Set("Retry-After", "5")
+			fail(http.StatusServiceUnavailable, metrics.OutcomeBusy,
+				"too many webhook deliveries at once (ORCH_MAX_CONCURRENT_WEBHOOKS): try again later")
+			return
+		}
+		fail(http.StatusServiceUnavailable, metrics.OutcomeBusy, "gave up waiting for a body slot: "+err.Error())
+		return
+	}
+	defer release()
+	s.Metrics.WebhooksInFlight.Inc()
+	defer s.Metrics.WebhooksInFlight.Dec()
+	buf, err := s.Webhooks.readBody(w, r, s.MaxBodyBytes)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		fail(http.StatusRequestEntityTooLarge, metrics.OutcomeTooLarge, "body larger than ORCH_MAX_BODY_BYTES")
+		return
+	case timedOut(err):
+		fail(http.StatusRequestTimeout, metrics.OutcomeTimeout, "body not received within "+s.Webhooks.BodyTimeout.String())
+		return
+	case err != nil:
 		fail(http.StatusBadRequest, metrics.OutcomeMalformed, "reading body: "+err.Error())
 		return
 	}
+	defer putBody(buf)
 	// The decision copies what it keeps: body is not used after the
 	// answer, when its buffer goes back to the pool.
 	body := buf.Bytes()
@@ -137,6 +156,12 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		return
 	}
 	applied, err := s.Queue.Apply(r.Context(), src.name, event, d, log)
+	if queue.Permanent(err) {
+		count(metrics.OutcomeFailed)
+		log.Error("event can never be queued", fields(zap.Error(err))...)
+		writeError(w, http.StatusInternalServerError, "the event's jobs cannot be queued: "+err.Error())
+		return
+	}
 	if err != nil {
 		count(metrics.OutcomeFailed)
 		log.Error("event could be neither queued nor spooled", fields(zap.Error(err))...)
@@ -156,37 +181,6 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		count(metrics.OutcomeQueued)
 	}
 	writeJSON(w, http.StatusAccepted, ans)
-}
-
-// bodies holds webhook body buffers for reuse: a Gitea body is about
-// 12 KB, which reading into a fresh slice would grow through several
-// copies on every delivery.
-var bodies sync.Pool
-
-// maxPooledBody bounds the buffers kept in bodies, so one big delivery
-// does not pin its memory.
-const maxPooledBody = 256 << 10
-
-// getBody returns an empty buffer with room for a body of length n (-1
-// when unknown), at most limit.
-func getBody(n, limit int64) *bytes.Buffer {
-	buf, _ := bodies.Get().(*bytes.Buffer)
-	if buf == nil {
-		buf = new(bytes.Buffer)
-	}
-	if n > 0 {
-		// ReadFrom wants room for one more read after the last byte.
-		buf.Grow(int(min(n, limit)) + bytes.MinRead)
-	}
-	return buf
-}
-
-func putBody(buf *bytes.Buffer) {
-	if buf.Cap() > maxPooledBody {
-		return
-	}
-	buf.Reset()
-	bodies.Put(buf)
 }
 
 // nowUTC is the server's clock.

@@ -21,7 +21,7 @@ var knownEvents = map[string]map[string]bool{
 // Outcomes lists every value of the outcome label.
 var Outcomes = []string{
 	OutcomeQueued, OutcomeSpooled, OutcomeIgnored, OutcomeUnauthorized,
-	OutcomeMalformed, OutcomeTooLarge, OutcomeUnsupported, OutcomeFailed,
+	OutcomeMalformed, OutcomeTooLarge, OutcomeUnsupported, OutcomeFailed, OutcomeBusy, OutcomeTimeout,
 }
 
 func set(names ...string) map[string]bool {

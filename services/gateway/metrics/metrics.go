@@ -23,7 +23,19 @@ const (
 	OutcomeTooLarge     = "too_large"
 	OutcomeUnsupported  = "unsupported_media_type"
 	OutcomeFailed       = "failed"
+	// OutcomeBusy is a delivery answered 503 because every body slot
+	// (ORCH_MAX_CONCURRENT_WEBHOOKS) stayed taken.
+	OutcomeBusy = "busy"
+	// OutcomeTimeout is a delivery whose body did not arrive in time.
+	OutcomeTimeout = "timeout"
 )
+
+// Spool is what the metrics read of the spool at every scrape.
+type Spool interface {
+	Depth() int
+	OldestAge() time.Duration
+	Quarantined() uint64
+}
 
 // Metrics are the gateway's metrics.
 type Metrics struct {
@@ -35,13 +47,18 @@ type Metrics struct {
 	Publish prometheus.Histogram
 	// Drained counts spool entries carried out.
 	Drained prometheus.Counter
+	// JobsCut counts jobs whose text was cut to fit ORCH_MAX_TASK_BYTES.
+	JobsCut prometheus.Counter
+	// WebhooksInFlight is the webhooks holding a body slot: being read,
+	// decided or answered.
+	WebhooksInFlight prometheus.Gauge
 	// Reloads counts registry reloads by result (ok, error).
 	Reloads *prometheus.CounterVec
 }
 
-// New builds the metrics. spoolDepth and jobCounts are read at every
-// scrape, so the figures are never stale.
-func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
+// New builds the metrics. sp and jobCounts are read at every scrape, so
+// the figures are never stale.
+func New(sp Spool, jobCounts func() map[proto.State]int) *Metrics {
 	f := service.NewMetrics("gateway")
 	m := &Metrics{
 		reg:      f.Registry,
@@ -50,9 +67,18 @@ func New(spoolDepth func() int, jobCounts func() map[proto.State]int) *Metrics {
 			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}),
 		Drained: f.Counter("orch_gateway_spool_drained_total", "Spooled events carried out once JetStream was back."),
 		Reloads: f.CounterVec("orch_gateway_registry_reloads_total", "Project registry reloads (SIGHUP) by result.", "result"),
+		JobsCut: f.Counter("orch_gateway_jobs_cut_total", "Jobs whose person-written text was cut to fit ORCH_MAX_TASK_BYTES."),
+		WebhooksInFlight: f.Gauge("orch_gateway_webhooks_in_flight",
+			"Webhook deliveries holding one of the ORCH_MAX_CONCURRENT_WEBHOOKS body slots."),
 	}
 	f.GaugeFunc("orch_gateway_spool_depth", "Events kept on local disk, waiting for JetStream.",
-		func() float64 { return float64(spoolDepth()) })
+		func() float64 { return float64(sp.Depth()) })
+	f.GaugeFunc("orch_gateway_spool_oldest_age_seconds", "How long the oldest event in the spool has waited; 0 when it is empty.",
+		func() float64 { return sp.OldestAge().Seconds() })
+	f.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "orch_gateway_spool_quarantined_total",
+		Help: "Spool entries that can never be carried out, moved to the spool's quarantine directory.",
+	}, func() float64 { return float64(sp.Quarantined()) }))
 	f.Register(jobsCollector{jobCounts})
 	// Every series an unverified delivery can touch exists from the start
 	// (at zero), so a scrape shows the same series before and after any

@@ -5,8 +5,15 @@
 // A job counts as queued only once JetStream has acked it, and each job is
 // published at most once per dedupe key: JetStream's duplicate window
 // catches quick repeats, the job's KV status record (created if absent
-// right after the publish) catches the rest, also after a JetStream
-// restart, when the window has forgotten acked messages.
+// right after the publish) and its key in KV dedupe (written at the same
+// time, kept for ORCH_DEDUPE_TTL) catch the rest, also after a JetStream
+// restart, when the window has forgotten acked messages, and after the
+// record expired.
+//
+// Nothing one event carries can stop the queue: a job is cut to fit
+// ORCH_MAX_TASK_BYTES before it is published (Fit), and a decision that
+// fails for a reason retrying cannot fix (ErrPermanent) is never spooled,
+// and leaves the spool for its quarantine when it is found there.
 package queue
 
 import (
@@ -14,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,12 +53,52 @@ const (
 // has not read the bucket yet.
 var ErrUnavailable = errors.New("jetstream unavailable")
 
+// ErrPermanent marks a failure that trying again cannot fix: the job is
+// not valid, does not encode, or does not fit even with its text cut, or
+// JetStream refused the message itself (see Permanent). Such a decision
+// is answered with an error, never spooled; found in the spool, it is
+// quarantined.
+var ErrPermanent = errors.New("cannot be queued")
+
+// Permanent reports whether err is a failure that trying again cannot
+// fix: ErrPermanent, NATS refusing a message over the server's max
+// payload, or JetStream refusing the message for its size or its headers
+// (codes 10054 and 10097). Everything else (timeouts, no responders, a
+// cluster without a leader, a full stream, KV conflicts) may pass and is
+// tried again.
+func Permanent(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, ErrPermanent), errors.Is(err, nats.ErrMaxPayload):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum || apiErr.ErrorCode == jsErrCodeHeaderExceedsMaximum
+	}
+	return false
+}
+
+// jsErrCodeHeaderExceedsMaximum is JetStream's answer to a message whose
+// headers are over 64 KiB (nats.go names no constant for it).
+const jsErrCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
+
 // Tasks finds the open jobs of a task and the jobs the status bucket
 // holds (the gateway's index.Index, a KV-watched copy of the bucket).
 type Tasks interface {
 	OpenJobs(project, task string) []string
 	Has(id string) bool
 	Synced() bool
+}
+
+// Config is how the queue bounds and dedupes jobs.
+type Config struct {
+	// MaxTaskBytes bounds a published job; its text is cut to fit (see
+	// Fit). Zero means MaxTaskBytesDefault.
+	MaxTaskBytes int
+	// DuplicateWindow is JetStream's duplicate window on JOBS: a job
+	// whose dedupe key is younger may be published again, to finish an
+	// earlier publish whose status record was not written (JetStream
+	// drops the message itself). Zero means proto.DuplicateWindowDefault.
+	DuplicateWindow time.Duration
 }
 
 // Queue carries out decisions. Connect must be called once JetStream is
@@ -60,6 +108,7 @@ type Queue struct {
 	spool   *spool.Spool
 	tasks   Tasks
 	metrics *metrics.Metrics
+	cfg     Config
 	conn    atomic.Pointer[conn]
 }
 
@@ -67,21 +116,33 @@ type conn struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	status *status.Store
+	dedupe *Dedupe
 }
 
 // New returns a Queue that spools to sp and finds open jobs in tasks.
-func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, log *zap.Logger) *Queue {
-	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m}
+func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, cfg Config, log *zap.Logger) *Queue {
+	if cfg.MaxTaskBytes <= 0 {
+		cfg.MaxTaskBytes = MaxTaskBytesDefault
+	}
+	if cfg.DuplicateWindow <= 0 {
+		cfg.DuplicateWindow = proto.DuplicateWindowDefault
+	}
+	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m, cfg: cfg}
 }
 
 // Connect makes JetStream available to the queue and wakes the spool.
-func (q *Queue) Connect(nc *nats.Conn, js jetstream.JetStream, st *status.Store) {
-	q.conn.Store(&conn{nc: nc, js: js, status: st})
+// dd is the dedupe memory, watched by its owner.
+func (q *Queue) Connect(nc *nats.Conn, js jetstream.JetStream, st *status.Store, dd *Dedupe) {
+	q.conn.Store(&conn{nc: nc, js: js, status: st, dedupe: dd})
 	q.spool.Kick()
 }
 
 // SpoolDepth is the number of decisions waiting in the spool.
 func (q *Queue) SpoolDepth() int { return q.spool.Depth() }
+
+// SpoolOldestAge is how long the oldest decision in the spool has waited
+// (zero when it is empty).
+func (q *Queue) SpoolOldestAge() time.Duration { return q.spool.OldestAge() }
 
 func (q *Queue) ready() (*conn, error) {
 	c := q.conn.Load()
@@ -110,6 +171,18 @@ type Result struct {
 // record the index has not caught up with yet (milliseconds old) belongs
 // to a publish that JetStream's duplicate window still remembers, so the
 // publish below is dropped as a duplicate and the record is found there.
+//
+// A job whose record has expired is still known by its dedupe key (see
+// Dedupe, also read without a round trip). A key younger than the
+// duplicate window whose record is missing belongs to an earlier publish
+// whose record write failed: the job takes the way of a new one, where
+// JetStream drops the message and the record is written. An older one is
+// a replay: nothing is published.
+//
+// Before the publish the job is validated and cut to fit MaxTaskBytes;
+// after the ack the record and the dedupe key are written at once, so
+// the common path costs two round trips one after the other, as without
+// the key.
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	c, err := q.ready()
 	if err != nil {
@@ -118,9 +191,29 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	if q.tasks.Has(job.ID) {
 		return Result{Duplicate: true}, nil
 	}
+	at, known, err := c.dedupe.Published(ctx, job.ID)
+	if err != nil {
+		return Result{}, fmt.Errorf("reading dedupe key of job %s: %w", job.ID, err)
+	}
+	if known && time.Since(at) >= q.cfg.DuplicateWindow {
+		return Result{Duplicate: true}, nil
+	}
+	if err := job.Validate(); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	size := len(job.Task.Body) + len(job.Trigger) + len(job.Task.Title)
+	cut, err := Fit(job, q.cfg.MaxTaskBytes)
+	if err != nil {
+		return Result{}, err
+	}
+	if cut > 0 {
+		q.metrics.JobsCut.Inc()
+		q.log.Info("job text cut to fit ORCH_MAX_TASK_BYTES", zap.String("job", job.ID), zap.Int("cut_bytes", cut),
+			zap.Int("text_bytes", size), zap.Int("max_task_bytes", q.cfg.MaxTaskBytes))
+	}
 	data, err := json.Marshal(job)
 	if err != nil {
-		return Result{}, fmt.Errorf("encoding job %s: %w", job.ID, err)
+		return Result{}, fmt.Errorf("%w: encoding job %s: %v", ErrPermanent, job.ID, err)
 	}
 	start := time.Now()
 	ack, err := c.js.Publish(ctx, proto.JobSubject(job.Project, job.Kind), data, jetstream.WithMsgID(job.ID))
@@ -128,9 +221,22 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		return Result{}, fmt.Errorf("publishing job %s: %w", job.ID, err)
 	}
 	q.metrics.ObservePublish(start)
+	var wg sync.WaitGroup
+	var recErr, keyErr error
 	// Queue only creates: the runner may already have written a newer
 	// state, which it leaves alone.
-	if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
+	wg.Go(func() {
+		if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
+			recErr = err
+		}
+	})
+	wg.Go(func() {
+		if err := c.dedupe.Record(ctx, job); err != nil {
+			keyErr = fmt.Errorf("writing dedupe key of job %s: %w", job.ID, err)
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(recErr, keyErr); err != nil {
 		return Result{}, err
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
@@ -173,6 +279,8 @@ func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string,
 // Do carries out d now: the cancel first, then the jobs. Doing it twice is
 // harmless, so a failed Do may simply be repeated. seen, when not nil, is
 // called for each job JetStream holds, saying whether it already existed.
+// A job that fails for good (Permanent) does not stop the jobs after it:
+// their errors are returned once the rest is done.
 func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger, seen func(id string, duplicate bool)) error {
 	if d.Cancel != nil {
 		ids, err := q.CancelTask(ctx, d.Cancel.Project, d.Cancel.Task)
@@ -182,9 +290,16 @@ func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger, see
 		log.Info("task cancelled", zap.String("project", d.Cancel.Project), zap.String("task", d.Cancel.Task),
 			zap.Strings("jobs", ids), zap.String("reason", d.Cancel.Reason))
 	}
+	var failed []error
 	for i := range d.Jobs {
 		job := &d.Jobs[i]
 		res, err := q.Enqueue(ctx, job)
+		if Permanent(err) {
+			log.Warn("job cannot be queued, ever", zap.String("job", job.ID), zap.String("kind", string(job.Kind)),
+				zap.String("project", job.Project), zap.String("delivery", job.Source.Delivery), zap.Error(err))
+			failed = append(failed, err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -195,7 +310,7 @@ func (q *Queue) Do(ctx context.Context, d trigger.Decision, log *zap.Logger, see
 			seen(job.ID, res.Duplicate)
 		}
 	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // Applied says what Apply did with a decision.
@@ -211,7 +326,8 @@ type Applied struct {
 // Apply carries out d for a webhook: now if JetStream answers within
 // RetryBudget, else in the spool. While the spool holds anything, d joins
 // it, so events are carried out in the order they arrived. An error means
-// d could be neither carried out nor spooled.
+// d could be neither carried out nor spooled; it is Permanent when a job
+// of d can never be queued, which no spool would change.
 func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decision, log *zap.Logger) (Applied, error) {
 	var err error
 	if q.spool.Depth() == 0 {
@@ -236,6 +352,9 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 					}
 				}
 				return Applied{Duplicate: dup}, nil
+			}
+			if Permanent(err) {
+				return Applied{}, err
 			}
 			if errors.Is(err, ErrUnavailable) || time.Now().Add(RetryPause).After(deadline) || ctx.Err() != nil {
 				break
@@ -263,7 +382,9 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 	return Applied{Spooled: true}, nil
 }
 
-// Drain carries out the spool, in order, until ctx ends.
+// Drain carries out the spool, in order, until ctx ends. An entry that
+// fails for good (Permanent) is handed back as spool.ErrPermanent, and the
+// spool moves it to its quarantine: the entries behind it go on.
 func (q *Queue) Drain(ctx context.Context, retry time.Duration) {
 	log := q.log.Named("spool")
 	q.spool.Run(ctx, func(ctx context.Context, e *spool.Entry) error {
@@ -271,6 +392,9 @@ func (q *Queue) Drain(ctx context.Context, retry time.Duration) {
 		actx, cancel := context.WithTimeout(ctx, 10*AttemptTimeout)
 		defer cancel()
 		if err := q.Do(actx, trigger.Decision{Cancel: e.Cancel, Jobs: e.Jobs}, elog, nil); err != nil {
+			if Permanent(err) {
+				return fmt.Errorf("%w: %w", spool.ErrPermanent, err)
+			}
 			return err
 		}
 		q.metrics.Drained.Inc()

@@ -14,10 +14,18 @@
 // highest name found at Open). A file is written as <seq>.tmp, fsynced,
 // renamed to <seq>.json and the directory fsynced, so a crash leaves either
 // the whole entry or none. An entry is deleted once it has been carried
-// out; a file that cannot be decoded is renamed <seq>.bad and skipped.
+// out.
+//
+// An entry that can never be carried out (a file that cannot be decoded,
+// or one its Handler fails with ErrPermanent) is moved to the quarantine
+// directory, kept for a person, and the entries behind it go on:
+//
+//	quarantine/00000000000000000003.json   the entry as it was
+//	quarantine/00000000000000000003.err    why it was moved there
 package spool
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +48,17 @@ import (
 // tries again (it is woken earlier by Kick).
 const RetryDelayDefault = time.Second
 
+// WarnEvery is how often Run logs, at warn, that the same entry still
+// fails: at its first failure, then once a minute with the count.
+const WarnEvery = time.Minute
+
+// QuarantineDirName is the quarantine's directory inside the spool's.
+const QuarantineDirName = "quarantine"
+
+// ErrPermanent marks a Handler's error that retrying cannot fix: Run
+// moves the entry to the quarantine instead of trying it again.
+var ErrPermanent = errors.New("spool entry cannot be carried out")
+
 // Entry is one spooled event: what the gateway decided to do with it.
 type Entry struct {
 	// Seq orders entries; it is the file name, not stored in it.
@@ -60,9 +79,16 @@ type Spool struct {
 	dir  string
 	kick chan struct{}
 
-	mu    sync.Mutex
-	next  uint64
-	depth int
+	mu          sync.Mutex
+	next        uint64
+	waiting     []waiting // oldest first; len is the depth
+	quarantined uint64
+}
+
+// waiting is one entry in the spool and when it was written.
+type waiting struct {
+	seq uint64
+	at  time.Time
 }
 
 // Open opens (creating it if needed) the spool in dir.
@@ -85,11 +111,16 @@ func Open(dir string) (*Spool, error) {
 		s.next = max(s.next, seq+1)
 		switch ext {
 		case "json":
-			s.depth++
+			at := time.Now()
+			if info, err := e.Info(); err == nil {
+				at = info.ModTime()
+			}
+			s.waiting = append(s.waiting, waiting{seq: seq, at: at})
 		case "tmp": // a write that never finished: never answered either
 			_ = os.Remove(filepath.Join(dir, name))
 		}
 	}
+	slices.SortFunc(s.waiting, func(a, b waiting) int { return cmp.Compare(a.seq, b.seq) })
 	return s, nil
 }
 
@@ -100,8 +131,29 @@ func (s *Spool) Dir() string { return s.dir }
 func (s *Spool) Depth() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.depth
+	return len(s.waiting)
 }
+
+// OldestAge is how long the oldest entry has waited, zero when none
+// does. An entry found at Open has waited since its file was written.
+func (s *Spool) OldestAge() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiting) == 0 {
+		return 0
+	}
+	return max(time.Since(s.waiting[0].at), 0)
+}
+
+// Quarantined is the number of entries moved to the quarantine since Open.
+func (s *Spool) Quarantined() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.quarantined
+}
+
+// QuarantineDir is where entries that can never be carried out are kept.
+func (s *Spool) QuarantineDir() string { return filepath.Join(s.dir, QuarantineDirName) }
 
 // Append writes e durably and returns its sequence. Only once it returns
 // nil may the event be answered.
@@ -126,7 +178,7 @@ func (s *Spool) Append(e *Entry) (uint64, error) {
 		return 0, fmt.Errorf("writing spool entry: %w", err)
 	}
 	s.next++
-	s.depth++
+	s.waiting = append(s.waiting, waiting{seq: seq, at: cmp.Or(e.SpooledAt, time.Now())})
 	e.Seq = seq
 	s.Kick()
 	return seq, nil
@@ -182,11 +234,29 @@ func (s *Spool) Remove(seq uint64) error {
 	return s.drop(seq, func(path string) error { return os.Remove(path) })
 }
 
-// quarantine keeps an undecodable entry as <seq>.bad for a person to see.
-func (s *Spool) quarantine(seq uint64) error {
-	return s.drop(seq, func(path string) error {
-		return os.Rename(path, filepath.Join(s.dir, fileName(seq, "bad")))
+// quarantine moves entry seq, which can never be carried out, to the
+// quarantine directory, with why beside it.
+func (s *Spool) quarantine(seq uint64, why error) error {
+	qdir := s.QuarantineDir()
+	if err := os.MkdirAll(qdir, 0o700); err != nil {
+		return fmt.Errorf("quarantining spool entry %d: %w", seq, err)
+	}
+	if err := os.WriteFile(filepath.Join(qdir, fileName(seq, "err")), []byte(why.Error()+"\n"), 0o600); err != nil {
+		return fmt.Errorf("quarantining spool entry %d: %w", seq, err)
+	}
+	err := s.drop(seq, func(path string) error {
+		if err := os.Rename(path, filepath.Join(qdir, fileName(seq, "json"))); err != nil {
+			return err
+		}
+		return syncDir(qdir)
 	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.quarantined++
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Spool) drop(seq uint64, op func(string) error) error {
@@ -195,7 +265,9 @@ func (s *Spool) drop(seq uint64, op func(string) error) error {
 	if err := op(filepath.Join(s.dir, fileName(seq, "json"))); err != nil {
 		return fmt.Errorf("removing spool entry %d: %w", seq, err)
 	}
-	s.depth--
+	if i, ok := slices.BinarySearchFunc(s.waiting, seq, func(w waiting, seq uint64) int { return cmp.Compare(w.seq, seq) }); ok {
+		s.waiting = slices.Delete(s.waiting, i, i+1)
+	}
 	if err := syncDir(s.dir); err != nil {
 		return fmt.Errorf("removing spool entry %d: %w", seq, err)
 	}
@@ -203,18 +275,21 @@ func (s *Spool) drop(seq uint64, op func(string) error) error {
 }
 
 // Handler carries out one entry. An error leaves the entry in the spool,
-// to be tried again; it must be safe to carry out an entry twice.
+// to be tried again, unless it is ErrPermanent, which sends the entry to
+// the quarantine; it must be safe to carry out an entry twice.
 type Handler func(context.Context, *Entry) error
 
 // Run drains the spool in order until ctx ends: each entry is handed to
 // handle and removed once handle returns nil. After a failure it waits
 // retry (or a Kick) and starts again from the same entry, so entries are
-// never reordered. Run is the spool's only reader; start it once.
+// never reordered; an entry that fails for good is quarantined and the
+// next one taken at once. Run is the spool's only reader; start it once.
 func (s *Spool) Run(ctx context.Context, handle Handler, retry time.Duration, log *zap.Logger) {
 	retry = max(retry, 10*time.Millisecond)
+	var f failing
 	for {
 		var timer <-chan time.Time // nil: wait for a Kick only
-		if s.drainOnce(ctx, handle, log) {
+		if s.drainOnce(ctx, handle, &f, log) {
 			timer = time.After(retry)
 		}
 		select {
@@ -226,9 +301,40 @@ func (s *Spool) Run(ctx context.Context, handle Handler, retry time.Duration, lo
 	}
 }
 
+// failing is the entry that failed last, so that its failures are logged
+// at warn without a line a second.
+type failing struct {
+	seq      uint64
+	attempts int
+	warned   time.Time
+}
+
+// failed notes one more failure of e and logs it at warn when it is the
+// first or WarnEvery has passed since the last line.
+func (f *failing) failed(e *Entry, err error, log *zap.Logger) {
+	if f.seq != e.Seq {
+		*f = failing{seq: e.Seq}
+	}
+	f.attempts++
+	if time.Since(f.warned) < WarnEvery {
+		return
+	}
+	f.warned = time.Now()
+	log.Warn("spool entry not carried out yet, will retry", zap.Uint64("seq", e.Seq), zap.Strings("jobs", jobIDs(e)),
+		zap.Int("attempts", f.attempts), zap.Duration("waiting", time.Since(e.SpooledAt)), zap.Error(err))
+}
+
+func jobIDs(e *Entry) []string {
+	ids := make([]string, 0, len(e.Jobs))
+	for _, j := range e.Jobs {
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
 // drainOnce carries out entries until the spool is empty (false) or one
 // fails (true: wait before the next attempt).
-func (s *Spool) drainOnce(ctx context.Context, handle Handler, log *zap.Logger) bool {
+func (s *Spool) drainOnce(ctx context.Context, handle Handler, f *failing, log *zap.Logger) bool {
 	seqs, err := s.Oldest()
 	if err != nil {
 		log.Error("listing spool", zap.Error(err))
@@ -240,8 +346,9 @@ func (s *Spool) drainOnce(ctx context.Context, handle Handler, log *zap.Logger) 
 		}
 		e, err := s.Read(seq)
 		if errors.Is(err, ErrCorrupt) {
-			log.Error("quarantining spool entry", zap.Uint64("seq", seq), zap.Error(err))
-			if err := s.quarantine(seq); err != nil {
+			log.Warn("spool entry cannot be decoded, quarantined", zap.Uint64("seq", seq),
+				zap.String("quarantine", s.QuarantineDir()), zap.Error(err))
+			if err := s.quarantine(seq, err); err != nil {
 				log.Error("quarantining spool entry", zap.Uint64("seq", seq), zap.Error(err))
 				return true
 			}
@@ -252,8 +359,17 @@ func (s *Spool) drainOnce(ctx context.Context, handle Handler, log *zap.Logger) 
 			return true
 		}
 		if err := handle(ctx, e); err != nil {
+			if errors.Is(err, ErrPermanent) {
+				log.Warn("spool entry can never be carried out, quarantined", zap.Uint64("seq", seq),
+					zap.Strings("jobs", jobIDs(e)), zap.String("quarantine", s.QuarantineDir()), zap.Error(err))
+				if err := s.quarantine(seq, err); err != nil {
+					log.Error("quarantining spool entry", zap.Uint64("seq", seq), zap.Error(err))
+					return true
+				}
+				continue
+			}
 			if ctx.Err() == nil {
-				log.Debug("spool entry not carried out yet, will retry", zap.Uint64("seq", seq), zap.Error(err))
+				f.failed(e, err, log)
 			}
 			return true
 		}

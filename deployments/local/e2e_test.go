@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/kit/testkit"
@@ -58,7 +59,8 @@ case "$ORCH_TASK" in pr-43) echo "tests failed: <expected> & <got>"; exit 3;; es
 // configuration as tune leaves it. It returns once all three are ready.
 func newSystem(t *testing.T, token string, agent func(runsDir string) string, tune func(*runner.Config)) *system {
 	dir := t.TempDir()
-	srv := natstest.Server(t)
+	// Each service logs in as its own NATS user, as under make run.
+	srv, login := authServer(t)
 	sys := &system{runsDir: filepath.Join(dir, "runs")}
 	if err := os.MkdirAll(sys.runsDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -73,7 +75,7 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 	ln, runnerLn, notifierLn := testkit.Listen(t), testkit.Listen(t), testkit.Listen(t)
 	sys.url = "http://" + ln.Addr().String()
 	sys.runner, sys.notifier = "http://"+runnerLn.Addr().String(), "http://"+notifierLn.Addr().String()
-	rn := runner.Config{Common: common, ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
+	rn := runner.Config{Common: login(natsauth.Runner, common), ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
 		RetryDelay: 50 * time.Millisecond, AgentCommand: agentCommand, AckWait: 2 * time.Second,
 		KillGrace:     500 * time.Millisecond, // below AckWait/3, as the runner asks
 		ShutdownGrace: time.Second, Listener: runnerLn}
@@ -81,12 +83,12 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 	log := zaptest.NewLogger(t)
 	testkit.Services(t, map[string]func(context.Context) error{
 		"gateway": func(ctx context.Context) error {
-			return gateway.Run(ctx, gateway.Config{Common: common, ProjectsFile: projects, GiteaSecret: giteaSecret,
+			return gateway.Run(ctx, gateway.Config{Common: login(natsauth.Gateway, common), ProjectsFile: projects, GiteaSecret: giteaSecret,
 				PlaneSecret: "p", APIToken: cmp.Or(token, apiToken), Listener: ln}, log.Named("gateway"))
 		},
 		"runner": func(ctx context.Context) error { return runner.Run(ctx, rn, log.Named("runner")) },
 		"notifier": func(ctx context.Context) error {
-			return notifier.Run(ctx, notifier.Config{Common: common, TelegramBotToken: "123:abc", TelegramChatID: "42",
+			return notifier.Run(ctx, notifier.Config{Common: login(natsauth.Notifier, common), TelegramBotToken: "123:abc", TelegramChatID: "42",
 				TelegramAPIURL: sys.telegram.URL, RetryDelay: 100 * time.Millisecond, Listener: notifierLn}, log.Named("notifier"))
 		},
 	})

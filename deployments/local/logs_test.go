@@ -54,14 +54,16 @@ exit 9
 
 func startLogSystem(t *testing.T) *logSystem {
 	dir := t.TempDir()
-	srv := natstest.Server(t)
+	srv, login := authServer(t)
 	sys := &logSystem{dir: dir, telegram: testkit.NewTelegram(t, "123:abc")}
 	agent := testkit.AgentScript(t, dir, "agent.sh", fmt.Sprintf(agentScript, dir))
 	projects, _ := testkit.Project(t, dir, "")
 	ln := testkit.Listen(t)
 	sys.url = "http://" + ln.Addr().String()
 	common := func(name string) service.Common {
-		return service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, name)}
+		// Both runners log in as the runner's NATS user.
+		user, _, _ := strings.Cut(name, "-")
+		return login(user, service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, name)})
 	}
 	log := zaptest.NewLogger(t)
 	runnerCfg := func(name string) runner.Config {

@@ -1,8 +1,12 @@
 // Command local runs all of orch on one machine for `make run`: an
 // embedded JetStream server listening where ORCH_NATS_URL points, with its
 // store under ORCH_DATA_DIR and every write fsynced before it is acked,
-// and the gateway, a runner and the notifier in one process. Every ORCH_
-// variable is honoured; Ctrl-C stops everything. Without ORCH_API_TOKEN
+// and the gateway, a runner and the notifier in one process. The server
+// refuses anonymous clients: each service logs in as its own user, with
+// the permissions of kit/natsauth, and passwords made at the first run
+// and kept in ORCH_DATA_DIR/nats; the nats CLI's context for the admin
+// user is written beside them (ORCH_DATA_DIR/nats/context.json). Every
+// ORCH_ variable is honoured; Ctrl-C stops everything. Without ORCH_API_TOKEN
 // it makes one (kept in ORCH_DATA_DIR/api-token) and prints a curl that
 // uses it, since the gateway shows no job without a token. The gateway
 // listens on ORCH_HTTP_ADDR (:8080), the runner and the notifier on the next two
@@ -30,6 +34,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/gateway"
@@ -100,20 +105,51 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	}
 	opts.StoreDir = filepath.Join(gw.DataDir, "jetstream")
 	opts.SyncAlways = true
+	loginDir := filepath.Join(gw.DataDir, natsDir)
+	pw, err := natsPasswords(loginDir)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		c    *service.Common
+		user string
+	}{{&gw.Common, natsauth.Gateway}, {&rn.Common, natsauth.Runner}, {&nt.Common, natsauth.Notifier}} {
+		if err := natsLogin(l.c, l.user, pw); err != nil {
+			return err
+		}
+	}
+	if opts.Users, err = natsauth.ServerUsers(pw); err != nil {
+		return err
+	}
+	natsContext := filepath.Join(loginDir, contextFile)
+	if err := writeNATSContext(natsContext, gw.NATSURL, pw); err != nil {
+		return err
+	}
 	srv, err := embedded.Start(opts)
 	if err != nil {
 		return err
 	}
 	defer srv.Shutdown()
-	log.Info("embedded JetStream listening", zap.String("url", srv.URL()), zap.String("store", opts.StoreDir))
+	log.Info("embedded JetStream listening", zap.String("url", srv.URL()), zap.String("store", opts.StoreDir),
+		zap.String("logins", loginDir))
 
 	// One service failing stops the others: its error is the result.
 	g, ctx := errgroup.WithContext(ctx)
 	printUsage(stdout, gw, tokenFile)
+	fmt.Fprintf(stdout, "The nats CLI logs in as the admin user with the context make run wrote:\n  export NATS_CONTEXT=%s\n\n",
+		absPath(natsContext))
 	g.Go(func() error { return gateway.Run(ctx, gw, log.Named("gateway")) })
 	g.Go(func() error { return runner.Run(ctx, rn, log.Named("runner")) })
 	g.Go(func() error { return notifier.Run(ctx, nt, log.Named("notifier")) })
 	return g.Wait()
+}
+
+// absPath is path made absolute, for a line to paste in another shell.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // portAfter is addr with its port raised by n; port 0 (any free port)

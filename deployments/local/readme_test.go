@@ -430,8 +430,19 @@ func natsCLI(t *testing.T, lr *localRun, jobID string) {
 		"sub 'logs." + jobID + ".3' --all -T --raw": {"stand-in agent: job " + jobID + " attempt 3"},
 	}
 	ran := 0
+	// The CLI's login: the README's export of the context make run wrote
+	// (and printed), nothing else. The server refuses a client without.
+	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=" + home}
 	for _, line := range readmeBlock(t, "## Inspect with the nats CLI", "nats ") {
 		cmd := command(line)
+		if v, ok := strings.CutPrefix(cmd, "export NATS_CONTEXT="); ok {
+			v = strings.ReplaceAll(v, "$PWD/.data/", lr.dataDir+"/")
+			if !strings.Contains(lr.banner.String(), "export NATS_CONTEXT="+v) {
+				t.Errorf("make run did not print the README's %s:\n%s", cmd, lr.banner.String())
+			}
+			env = append(env, "NATS_CONTEXT="+v)
+			continue
+		}
 		if !strings.HasPrefix(cmd, "nats ") {
 			continue // go install: the test has the CLI as a tool
 		}
@@ -441,7 +452,7 @@ func natsCLI(t *testing.T, lr *localRun, jobID string) {
 			t.Fatal(err)
 		}
 		t.Run(cmd, func(t *testing.T) {
-			out := runInTerminal(t, bin, args[1:], []string{"NATS_URL=" + lr.natsURL, "HOME=" + home, "XDG_CONFIG_HOME=" + home},
+			out := runInTerminal(t, bin, args[1:], env,
 				strings.Contains(cmd, " watch ") || strings.HasSuffix(cmd, "--all"), checks[strings.TrimPrefix(cmd, "nats ")])
 			for _, want := range checks[strings.TrimPrefix(cmd, "nats ")] {
 				if !strings.Contains(out, want) {

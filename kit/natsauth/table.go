@@ -2,9 +2,6 @@ package natsauth
 
 import "github.com/orch-dev/orch/proto"
 
-// bucketDedupe is the gateway's dedupe bucket (issue 21's item 5).
-const bucketDedupe = "dedupe"
-
 // grants is who may do what, by service: each line one stream, bucket,
 // consumer or subject, and why the service needs it. Adding a bucket is
 // one line here (Bucket(name, access)); docs/deploy.md shows this table
@@ -28,7 +25,7 @@ var grants = map[string][]Grant{
 			// GET /jobs/{id}/log reads an attempt's output, following it live.
 			Stream(proto.StreamLogs, Info|Get|Read),
 			// Delivery dedupe keys and dashboard logins: the gateway's alone.
-			Bucket(bucketDedupe, Own),
+			Bucket(proto.BucketDedupe, Own),
 			Bucket(proto.BucketUISessions, Own),
 		}),
 	Runner: join(

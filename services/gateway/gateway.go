@@ -26,6 +26,7 @@ import (
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/spool"
+	"github.com/orch-dev/orch/services/gateway/throttle"
 	"github.com/orch-dev/orch/services/gateway/ui"
 )
 
@@ -59,11 +60,17 @@ type Config struct {
 	GiteaSecret string `env:"GITEA_SECRET"`
 	PlaneSecret string `env:"PLANE_SECRET"`
 	// APIToken guards every endpoint that shows or changes a job (GET
-	// /queue, /jobs/...; POST /jobs...): they need Authorization: Bearer
+	// /queue, /jobs/...; POST /jobs...) and POST /ui/login-links, which
+	// makes the dashboard's login links: they need Authorization: Bearer
 	// APIToken. Empty turns them all off (403): the gateway must be
 	// reachable by the webhook senders, so an open read would be open to
-	// anyone.
+	// anyone. A set token has at least APITokenMinLength characters.
 	APIToken string `env:"API_TOKEN"`
+	// TrustedProxies are the addresses or networks (10.0.0.0/8) of the
+	// proxies in front of the gateway whose X-Forwarded-For names the
+	// client that failed logins are counted against. Empty: the client
+	// is the connection's address, whatever the headers say.
+	TrustedProxies []string `env:"TRUSTED_PROXIES" envSeparator:","`
 	// MaxBodyBytes bounds a webhook body; larger ones get 413.
 	MaxBodyBytes service.ByteSize `env:"MAX_BODY_BYTES" envDefault:"5MiB"`
 	// MaxTaskBytes bounds a job as it is published: the text a person
@@ -91,6 +98,9 @@ type Config struct {
 
 	// Listener, when set, is used instead of listening on HTTPAddr (tests).
 	Listener net.Listener `env:"-"`
+	// Now, when set, is the clock of the dashboard's logins and of the
+	// throttle of failed attempts (tests move it).
+	Now func() time.Time `env:"-"`
 }
 
 // Bounds of ORCH_MAX_TASK_BYTES: a job's own fields and the cut markers
@@ -100,6 +110,11 @@ const (
 	MaxTaskBytesMin = 4 << 10
 	MaxTaskBytesCap = 512 << 10
 )
+
+// APITokenMinLength is the shortest ORCH_API_TOKEN the gateway takes: a
+// token anyone who can reach the webhooks may guess at must be long enough
+// that guessing is hopeless, throttled or not.
+const APITokenMinLength = 32
 
 // SetDefaults gives a Config built in Go its defaults (see
 // service.SetDefaults).
@@ -126,6 +141,13 @@ func (c *Config) Validate() error {
 	}
 	if c.DedupeTTL <= 0 {
 		errs = append(errs, errors.New("ORCH_DEDUPE_TTL must be positive"))
+	}
+	if n := len(c.APIToken); n > 0 && n < APITokenMinLength {
+		errs = append(errs, fmt.Errorf("ORCH_API_TOKEN is %d characters, want at least %d (make one with `openssl rand -hex 32`), or leave it empty to turn the queue API and the dashboard off",
+			n, APITokenMinLength))
+	}
+	if _, err := throttle.ParseProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("ORCH_TRUSTED_PROXIES: %w", err))
 	}
 	return errors.Join(errs...)
 }
@@ -154,14 +176,16 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	ix := index.New()
 	m := metrics.New(sp, ix.Counts)
 	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), DuplicateWindow: cfg.DuplicateWindow}, log.Named("queue"))
+	proxies, _ := throttle.ParseProxies(cfg.TrustedProxies) // checked by Validate
+	limit := throttle.New(throttle.Config{TrustedProxies: proxies, Log: log.Named("throttle"), Now: cfg.Now})
 	srv := &api.Server{
 		Log: log.Named("http"), Queue: q, Index: ix, Metrics: m, Registry: current.Load,
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
-		Webhooks: api.WebhookLimits{MaxConcurrent: cfg.MaxConcurrentWebhooks, BodyTimeout: cfg.BodyTimeout, SlotWait: cfg.SlotWait},
+		Webhooks: api.WebhookLimits{MaxConcurrent: cfg.MaxConcurrentWebhooks, BodyTimeout: cfg.BodyTimeout, SlotWait: cfg.SlotWait}, Throttle: limit,
 	}
 	dashboard := ui.New(ui.Config{
-		Backend: srv, APIToken: cfg.APIToken, Log: log.Named("ui"),
+		Backend: srv, APIToken: cfg.APIToken, PublicURL: cfg.PublicURL, Throttle: limit, Now: cfg.Now, Log: log.Named("ui"),
 		// Any gateway reads any runner's output from JOBS_LOGS.
 		Logs: srv,
 	})
@@ -205,6 +229,17 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		wg.Go(func() { dd.Watch(bg, log.Named("dedupe")) })
 		q.Connect(nc, js, st, dd)
 		srv.Connect(nc, js, st)
+		// The dashboard's logins wait for their own bucket; the index
+		// does not wait for it.
+		wg.Go(func() {
+			var sessions jetstream.KeyValue
+			if service.Retry(bg, log, "ensuring bucket "+proto.BucketUISessions, func(ctx context.Context) (err error) {
+				sessions, err = proto.EnsureBucket(ctx, js, cfg.Topology().UISessionsBucket())
+				return err
+			}) == nil {
+				dashboard.Connect(sessions)
+			}
+		})
 		log.Info("jetstream connected", zap.Int("spool_depth", sp.Depth()))
 		ix.Watch(bg, kv, log.Named("index"))
 	})

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ const (
 	giteaSecret  = "fixture-secret"
 	planeSecret  = "plane_wh_5f1c0d6b8e2a4c7f9b3d1e0a6c8b2f47"
 	planeProject = "22b6fc9c-1849-45da-b103-52a3e3a6b4c1"
-	apiToken     = "t0ken"
+	apiToken     = "t0ken-of-the-gateway-tests-0123456789"
 )
 
 // registryYAML serves the project of the fixtures, for Gitea and Plane.
@@ -61,14 +62,24 @@ type env struct {
 	projects string
 	token    string
 	maxBody  service.ByteSize
+	// clock is the gateway's clock of logins and throttling.
+	clock *clock
 	// tune, when set, changes the gateway's configuration last.
 	tune func(*gateway.Config)
 }
 
+// clock is a gateway's clock, which a test moves forward.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// advance moves the clock forward by d.
+func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, srv: natstest.Server(t), dataDir: dir, projects: filepath.Join(dir, "projects.yaml"), token: apiToken}
+	e := &env{t: t, srv: natstest.Server(t), dataDir: dir, projects: filepath.Join(dir, "projects.yaml"), token: apiToken, clock: &clock{}}
 	e.writeRegistry(registryYAML)
 	return e
 }
@@ -104,7 +115,7 @@ func (e *env) start() *gw {
 	cfg := gateway.Config{
 		Common:   service.Common{NATSURL: e.srv.URL(), DataDir: e.dataDir},
 		Listener: ln, ProjectsFile: e.projects, GiteaSecret: giteaSecret, PlaneSecret: planeSecret,
-		APIToken: e.token, MaxBodyBytes: e.maxBody,
+		APIToken: e.token, MaxBodyBytes: e.maxBody, Now: e.clock.now,
 	}
 	if e.tune != nil {
 		e.tune(&cfg)

@@ -21,6 +21,7 @@ import (
 	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
+	"github.com/orch-dev/orch/services/gateway/throttle"
 )
 
 // RecentLimitDefault is how many jobs GET /queue lists without ?limit=.
@@ -42,6 +43,10 @@ type Server struct {
 	APIToken     string
 	MaxBodyBytes int64
 	Now          func() time.Time
+	// Throttle counts wrong tokens per client and refuses a client with
+	// too many (429); nil throttles nothing. The dashboard's logins share
+	// it.
+	Throttle *throttle.Limiter
 	// UI, when set, serves the dashboard under /ui/; it checks its own
 	// session.
 	UI http.Handler

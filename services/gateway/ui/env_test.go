@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,24 +26,40 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/joblog"
 	"github.com/orch-dev/orch/services/gateway"
+	"github.com/orch-dev/orch/services/gateway/ui"
 )
 
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
-const apiToken = "s3cret-t0ken"
+const apiToken = "s3cret-t0ken-of-the-dashboard-tests"
+
+// clock is the gateway's clock, which a test moves forward.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// advance moves the clock forward by d.
+func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // env is one gateway, with the dashboard, on its own JetStream server. The
 // tests play the runner and the notifier by writing status records and
 // dead letters themselves.
 type env struct {
-	t    *testing.T
-	url  string
-	js   jetstream.JetStream
-	kv   jetstream.KeyValue
-	logs string // the runner's log directory
+	t     *testing.T
+	url   string
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	logs  string // the runner's log directory
+	clock *clock
 }
 
 func newEnv(t *testing.T, token string) *env {
+	t.Helper()
+	return newEnvWith(t, func(c *gateway.Config) { c.APIToken = token })
+}
+
+// newEnvWith is newEnv with the gateway's configuration as tune leaves it.
+func newEnvWith(t *testing.T, tune func(*gateway.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	srv := natstest.Server(t)
@@ -54,14 +71,17 @@ func newEnv(t *testing.T, token string) *env {
 	ln := testkit.Listen(t)
 	cfg := gateway.Config{
 		Common:   service.Common{NATSURL: srv.URL(), DataDir: dir},
-		Listener: ln, ProjectsFile: projects, GiteaSecret: "g", PlaneSecret: "p", APIToken: token,
+		Listener: ln, ProjectsFile: projects, GiteaSecret: "g", PlaneSecret: "p", APIToken: apiToken,
 	}
+	clk := &clock{}
+	cfg.Now = clk.now
+	tune(&cfg)
 	log := zaptest.NewLogger(t)
 	testkit.Services(t, map[string]func(context.Context) error{
 		"gateway.Run": func(ctx context.Context) error { return gateway.Run(ctx, cfg, log) },
 	})
 	_, js, kv := natstest.Connect(t, srv)
-	e := &env{t: t, url: "http://" + ln.Addr().String(), js: js, kv: kv, logs: filepath.Join(dir, "logs")}
+	e := &env{t: t, url: "http://" + ln.Addr().String(), js: js, kv: kv, logs: filepath.Join(dir, "logs"), clock: clk}
 	testkit.Ready(t, nil, e.url, 30*time.Second)
 	return e
 }
@@ -154,14 +174,45 @@ func (e *env) client() *client {
 	}}
 }
 
-// loggedIn is a client that has used the one-time login link.
+// loggedIn is a client that has used a login link.
 func (e *env) loggedIn() *client {
 	c := e.client()
-	resp := c.get("/ui/login?token=" + url.QueryEscape(apiToken))
+	resp := c.get(e.loginLink(""))
 	if resp.code != http.StatusSeeOther {
 		e.t.Fatalf("login: %d %s", resp.code, resp.body)
 	}
 	return c
+}
+
+// loginLink makes a login link with the API token, as an operator does
+// (POST /ui/login-links, with ?next= when next is set), waiting while the
+// gateway has not reached its bucket yet, and returns it.
+func (e *env) loginLink(next string) string {
+	e.t.Helper()
+	path := "/ui/login-links"
+	if next != "" {
+		path += "?next=" + url.QueryEscape(next)
+	}
+	var link ui.LoginLink
+	natstest.CheckFor(e.t, 20*time.Second, 20*time.Millisecond, func() error {
+		code, body := e.makeLink(path, apiToken)
+		if code != http.StatusOK {
+			return fmt.Errorf("POST %s: %d %s", path, code, body)
+		}
+		return json.Unmarshal([]byte(body), &link)
+	})
+	return link.Link
+}
+
+// makeLink POSTs to path (/ui/login-links...) with token as the bearer.
+func (e *env) makeLink(path, token string) (int, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.url+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	a := e.client().do(req)
+	return a.code, a.body
 }
 
 type answer struct {

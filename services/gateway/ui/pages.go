@@ -8,70 +8,11 @@ import (
 	"strconv"
 
 	"github.com/gorilla/mux"
-	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/api"
 	"github.com/orch-dev/orch/services/gateway/index"
 )
-
-// loginPage logs in from a one-time link (?token=), or shows the form.
-// The link's answer is a redirect to a URL without the token, so the
-// token stays out of the address bar, the history and bookmarks.
-func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	next := localNext(q.Get("next"))
-	if tok := q.Get("token"); tok != "" {
-		if !h.keys.tokenOK(tok) {
-			h.refuseLogin(w, r, next, "dashboard login refused: wrong token in the login link")
-			return
-		}
-		h.logIn(w, r, next, "link")
-		return
-	}
-	if _, ok := h.sessionOf(r); ok {
-		http.Redirect(w, r, next, http.StatusSeeOther)
-		return
-	}
-	h.render(w, r, http.StatusOK, "login", page{Title: "Log in", Data: loginData{Next: next}})
-}
-
-type loginData struct {
-	Next   string
-	Failed bool
-}
-
-// login checks the form's token. The form needs no CSRF token: a forged
-// login would have to know the API token already.
-func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	next := localNext(r.PostFormValue("next"))
-	if !sameOrigin(r) || !h.keys.tokenOK(r.PostFormValue("token")) {
-		h.refuseLogin(w, r, next, "dashboard login refused: wrong token")
-		return
-	}
-	h.logIn(w, r, next, "form")
-}
-
-// refuseLogin logs msg and shows the login form again, saying the token
-// was wrong, with next kept for the next try.
-func (h *Handler) refuseLogin(w http.ResponseWriter, r *http.Request, next, msg string) {
-	h.cfg.Log.Warn(msg)
-	h.render(w, r, http.StatusUnauthorized, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: true}})
-}
-
-// logIn starts a session, logs how the login came (via: link or form)
-// and sends the browser on to next.
-func (h *Handler) logIn(w http.ResponseWriter, r *http.Request, next, via string) {
-	h.setSession(w, r)
-	h.cfg.Log.Info("dashboard login", zap.String("via", via))
-	http.Redirect(w, r, next, http.StatusSeeOther)
-}
-
-func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
-	h.clearSession(w, r)
-	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
-}
 
 // queueData is what the queue page shows.
 type queueData struct {

@@ -2,56 +2,53 @@ package ui
 
 import (
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orch-dev/orch/proto"
 )
 
-// A session is a signed cookie, not server state: its value is a random
-// nonce and an expiry, signed with a key derived from ORCH_API_TOKEN. So
-// every gateway replica accepts the sessions of the others, a restart logs
-// no one out, and changing the token ends every session at once.
+// A session is a random secret in a cookie and a record in the bucket
+// proto.BucketUISessions (see store.go): every gateway replica accepts it,
+// logout ends it everywhere, and a restart logs no one out. A browser gets
+// one from a single-use login link (POST /ui/login-links with the API
+// token makes one; make run prints one) or from the login form, which
+// takes the API token itself.
 //
 // The cookie is HttpOnly (page scripts never see it), SameSite=Strict (no
 // other site can make the browser send it, which is the first line against
 // CSRF), scoped to /ui/, and Secure when the request came over HTTPS
 // (directly or, per X-Forwarded-Proto, through a proxy). Every POST also
-// carries a CSRF token derived from the session's nonce, checked in
+// carries a CSRF token derived from the session's secret, checked in
 // constant time: a second line that holds even for a browser that ignores
 // SameSite.
 
 // SessionCookie is the name of the dashboard's session cookie.
 const SessionCookie = "orch_session"
 
-// SessionTTL is how long a session lasts after login.
-const SessionTTL = 12 * time.Hour
+// SessionTTL is how long a session lasts after login: the TTL of the
+// bucket the sessions live in.
+const SessionTTL = proto.UISessionTTL
 
 // csrfField is the form field that carries the CSRF token.
 const csrfField = "csrf"
 
-// keys are the HMAC keys of sessions and CSRF tokens, derived from the
-// API token so that neither is the token itself.
+// keys are the API token and the HMAC key of CSRF tokens, derived from the
+// token so that a CSRF token is never the token itself.
 type keys struct {
-	token      []byte
-	sessionKey []byte
+	token   []byte
+	csrfKey []byte
 }
 
 func newKeys(token string) keys {
 	mac := hmac.New(sha256.New, []byte(token))
-	mac.Write([]byte("orch dashboard session key"))
-	return keys{token: []byte(token), sessionKey: mac.Sum(nil)}
-}
-
-func (k keys) sign(parts ...string) string {
-	mac := hmac.New(sha256.New, k.sessionKey)
-	mac.Write([]byte(strings.Join(parts, "|")))
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+	mac.Write([]byte("orch dashboard csrf key"))
+	return keys{token: []byte(token), csrfKey: mac.Sum(nil)}
 }
 
 // tokenOK reports whether got is the API token, in constant time.
@@ -59,37 +56,16 @@ func (k keys) tokenOK(got string) bool {
 	return len(k.token) > 0 && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), k.token) == 1
 }
 
-// newSession returns a fresh cookie value valid until exp.
-func (k keys) newSession(exp time.Time) string {
-	var nonce [16]byte
-	_, _ = rand.Read(nonce[:])
-	n := base64.RawURLEncoding.EncodeToString(nonce[:])
-	e := strconv.FormatInt(exp.Unix(), 10)
-	return n + "." + e + "." + k.sign("session", n, e)
+// csrf is the CSRF token of the session whose cookie carries secret.
+func (k keys) csrf(secret string) string {
+	mac := hmac.New(sha256.New, k.csrfKey)
+	mac.Write([]byte("csrf|" + secret))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// session checks a cookie value and returns its nonce.
-func (k keys) session(value string, now time.Time) (nonce string, ok bool) {
-	parts := strings.Split(value, ".")
-	if len(parts) != 3 {
-		return "", false
-	}
-	if !hmac.Equal([]byte(parts[2]), []byte(k.sign("session", parts[0], parts[1]))) {
-		return "", false
-	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || now.Unix() >= exp {
-		return "", false
-	}
-	return parts[0], true
-}
-
-// csrf is the CSRF token of the session with nonce.
-func (k keys) csrf(nonce string) string { return k.sign("csrf", nonce) }
-
-// csrfOK reports whether got is the CSRF token of the session with nonce.
-func (k keys) csrfOK(nonce, got string) bool {
-	return got != "" && hmac.Equal([]byte(got), []byte(k.csrf(nonce)))
+// csrfOK reports whether got is the CSRF token of the session of secret.
+func (k keys) csrfOK(secret, got string) bool {
+	return got != "" && hmac.Equal([]byte(got), []byte(k.csrf(secret)))
 }
 
 // secure reports whether the browser reached us over HTTPS.
@@ -97,11 +73,17 @@ func secure(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-func (h *Handler) setSession(w http.ResponseWriter, r *http.Request) {
+// startSession records a new session and gives the browser its cookie.
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request) error {
+	secret, err := h.store.newSession(r.Context(), h.now())
+	if err != nil {
+		return err
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: SessionCookie, Value: h.keys.newSession(h.now().Add(SessionTTL)), Path: Prefix,
+		Name: SessionCookie, Value: secret, Path: Prefix,
 		MaxAge: int(SessionTTL / time.Second), HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode,
 	})
+	return nil
 }
 
 func (h *Handler) clearSession(w http.ResponseWriter, r *http.Request) {
@@ -111,13 +93,17 @@ func (h *Handler) clearSession(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// sessionOf returns the nonce of the request's valid session.
-func (h *Handler) sessionOf(r *http.Request) (string, bool) {
+// sessionOf returns the secret of the request's session: errUnknown
+// without a good one, errUnavailable when the bucket cannot tell.
+func (h *Handler) sessionOf(r *http.Request) (string, error) {
 	c, err := r.Cookie(SessionCookie)
-	if err != nil {
-		return "", false
+	if err != nil || c.Value == "" {
+		return "", errUnknown
 	}
-	return h.keys.session(c.Value, h.now())
+	if err := h.store.session(r.Context(), c.Value, h.now()); err != nil {
+		return "", err
+	}
+	return c.Value, nil
 }
 
 // localNext returns where to go after login: next when it is a path of

@@ -1,8 +1,8 @@
 package ui
 
 import (
+	"strings"
 	"testing"
-	"time"
 )
 
 func TestLocalNextStaysOnTheDashboard(t *testing.T) {
@@ -26,29 +26,28 @@ func TestLocalNextStaysOnTheDashboard(t *testing.T) {
 	}
 }
 
-func TestSessionRefusesTamperedExpiredAndOtherTokens(t *testing.T) {
+func TestCSRFTokensAreBoundToTheSessionAndTheAPIToken(t *testing.T) {
 	t.Parallel()
 	k := newKeys("token-a")
-	now := time.Unix(1_700_000_000, 0)
-	v := k.newSession(now.Add(time.Hour))
-	nonce, ok := k.session(v, now)
-	if !ok {
-		t.Fatal("a fresh session is refused")
-	}
-	if !k.csrfOK(nonce, k.csrf(nonce)) || k.csrfOK(nonce, "") || k.csrfOK(nonce, k.csrf("other")) {
+	secret := newSecret()
+	if !k.csrfOK(secret, k.csrf(secret)) || k.csrfOK(secret, "") || k.csrfOK(secret, k.csrf(newSecret())) {
 		t.Error("CSRF tokens are not bound to the session")
 	}
-	if _, ok := k.session(v, now.Add(2*time.Hour)); ok {
-		t.Error("an expired session is accepted")
-	}
-	if _, ok := newKeys("token-b").session(v, now); ok {
-		t.Error("a session survives a change of the API token")
-	}
-	tampered := v[:len(v)-2] + "xx"
-	if _, ok := k.session(tampered, now); ok {
-		t.Error("a tampered session is accepted")
+	if newKeys("token-b").csrfOK(secret, k.csrf(secret)) {
+		t.Error("a CSRF token survives a change of the API token")
 	}
 	if k.tokenOK("") || !k.tokenOK("token-a") || newKeys("").tokenOK("") {
 		t.Error("tokenOK is wrong")
+	}
+}
+
+func TestSecretsAreRandomAndStoredOnlyAsHashes(t *testing.T) {
+	t.Parallel()
+	a, b := newSecret(), newSecret()
+	if a == b || len(a) < 43 { // 43 base64 characters: 256 bits
+		t.Fatalf("secrets %q and %q", a, b)
+	}
+	if k := keyOf(kindLink, a); strings.Contains(k, a) || k != keyOf(kindLink, a) || k == keyOf(kindSession, a) {
+		t.Errorf("key %q of secret %q", k, a)
 	}
 }

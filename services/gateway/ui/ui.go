@@ -12,17 +12,20 @@ package ui
 import (
 	"context"
 	"embed"
+	"errors"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/api"
 	"github.com/orch-dev/orch/services/gateway/index"
+	"github.com/orch-dev/orch/services/gateway/throttle"
 )
 
 // Prefix is the path under which the dashboard is served.
@@ -62,9 +65,16 @@ type Config struct {
 	Backend Backend
 	// Logs reads an attempt's agent output; nil shows "log not available".
 	Logs LogReader
-	// APIToken is ORCH_API_TOKEN: the login's password and the root of
-	// the session keys. Empty turns the dashboard off.
+	// APIToken is ORCH_API_TOKEN: what POST /ui/login-links and the login
+	// form take, and the root of the CSRF key. Empty turns the dashboard
+	// off.
 	APIToken string
+	// PublicURL is ORCH_PUBLIC_URL: login links are absolute under it when
+	// it is set, else paths.
+	PublicURL string
+	// Throttle refuses a client with too many failed logins (429); the
+	// API's bearer token shares it. Nil throttles nothing.
+	Throttle *throttle.Limiter
 	// Log is the dashboard's logger.
 	Log *zap.Logger
 	// Now is the clock; nil means time.Now.
@@ -76,6 +86,7 @@ type Config struct {
 type Handler struct {
 	cfg    Config
 	keys   keys
+	store  store
 	pages  map[string]*template.Template
 	router *mux.Router
 
@@ -96,6 +107,8 @@ func New(cfg Config) *Handler {
 	r.PathPrefix(Prefix + "static/").Handler(staticHandler(http.StripPrefix(Prefix+"static/", http.FileServerFS(static))))
 	r.HandleFunc(Prefix+"login", h.loginPage).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"login", h.login).Methods(http.MethodPost)
+	r.HandleFunc(Prefix+"login/{secret}", h.useLink).Methods(http.MethodGet)
+	r.Handle(Prefix+"login-links", api.RequireToken(cfg.APIToken, cfg.Throttle, http.HandlerFunc(h.makeLink))).Methods(http.MethodPost)
 	r.HandleFunc(Prefix+"logout", h.post(h.logout)).Methods(http.MethodPost)
 	r.HandleFunc(Prefix, h.get(h.queuePage)).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"dead-letters", h.get(h.deadLettersPage)).Methods(http.MethodGet)
@@ -132,6 +145,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.router.ServeHTTP(w, r)
 }
 
+// Connect gives the dashboard the bucket of its logins
+// (proto.BucketUISessions), once NATS is reachable. Until then nobody can
+// log in (503).
+func (h *Handler) Connect(kv jetstream.KeyValue) { h.store.connect(kv) }
+
 // Close ends the log streams being served; further ones end at once.
 func (h *Handler) Close() { h.end() }
 
@@ -156,8 +174,12 @@ type sessionKey struct{}
 // which brings it back here afterwards.
 func (h *Handler) get(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		nonce, ok := h.sessionOf(r)
-		if !ok {
+		secret, err := h.sessionOf(r)
+		if errors.Is(err, errUnavailable) {
+			h.unavailable(w, r, err)
+			return
+		}
+		if err != nil {
 			// A link followed from another site (a chat, a mail) arrives
 			// without the SameSite=Strict cookie even when there is one.
 			// Reloading from this page makes the request same-site, and
@@ -169,7 +191,7 @@ func (h *Handler) get(next http.HandlerFunc) http.HandlerFunc {
 			http.Redirect(w, r, Prefix+"login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, nonce)))
+		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, secret)))
 	}
 }
 
@@ -177,26 +199,30 @@ func (h *Handler) get(next http.HandlerFunc) http.HandlerFunc {
 // session's CSRF token, or 403.
 func (h *Handler) post(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		nonce, ok := h.sessionOf(r)
-		if !ok {
+		secret, err := h.sessionOf(r)
+		if errors.Is(err, errUnavailable) {
+			h.unavailable(w, r, err)
+			return
+		}
+		if err != nil {
 			h.errorPage(w, r, http.StatusUnauthorized, "Your session has ended. Log in again and repeat the action.")
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		if !sameOrigin(r) || !h.keys.csrfOK(nonce, r.PostFormValue(csrfField)) {
+		if !sameOrigin(r) || !h.keys.csrfOK(secret, r.PostFormValue(csrfField)) {
 			h.cfg.Log.Warn("dashboard action refused: CSRF check failed", zap.String("path", r.URL.Path))
 			h.errorPage(w, r, http.StatusForbidden, "This form has expired or did not come from this dashboard (CSRF check failed). Reload the page and try again.")
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, nonce)))
+		next(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, secret)))
 	}
 }
 
 // csrfOf is the CSRF token for the forms of the request's page.
 func (h *Handler) csrfOf(r *http.Request) string {
-	nonce, _ := r.Context().Value(sessionKey{}).(string)
-	if nonce == "" {
+	secret, _ := r.Context().Value(sessionKey{}).(string)
+	if secret == "" {
 		return ""
 	}
-	return h.keys.csrf(nonce)
+	return h.keys.csrf(secret)
 }

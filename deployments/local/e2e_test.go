@@ -28,7 +28,7 @@ func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 const (
 	giteaSecret = "fixture-secret"
-	apiToken    = "e2e-token"
+	apiToken    = "e2e-token-of-the-local-system-tests"
 )
 
 type system struct {

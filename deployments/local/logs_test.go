@@ -27,7 +27,7 @@ import (
 	"github.com/orch-dev/orch/services/runner/logstream"
 )
 
-const logsToken = "logs-test-token"
+const logsToken = "logs-test-token-of-the-local-system"
 
 // logSystem is JetStream, two runners and a gateway and a notifier, each
 // with its own data directory: no service can read another's disk, so

@@ -8,7 +8,8 @@
 // user is written beside them (ORCH_DATA_DIR/nats/context.json). Every
 // ORCH_ variable is honoured; Ctrl-C stops everything. Without ORCH_API_TOKEN
 // it makes one (kept in ORCH_DATA_DIR/api-token) and prints a curl that
-// uses it, since the gateway shows no job without a token. The gateway
+// uses it, since the gateway shows no job without a token, and, once the
+// gateway is up, a single-use login link of the dashboard. The gateway
 // listens on ORCH_HTTP_ADDR (:8080), the runner and the notifier on the next two
 // ports (:8081, :8082), each with /healthz, /readyz and /metrics.
 //
@@ -141,6 +142,7 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	g.Go(func() error { return gateway.Run(ctx, gw, log.Named("gateway")) })
 	g.Go(func() error { return runner.Run(ctx, rn, log.Named("runner")) })
 	g.Go(func() error { return notifier.Run(ctx, nt, log.Named("notifier")) })
+	g.Go(func() error { printLoginLink(ctx, stdout, gw, tokenFile, log); return nil })
 	return g.Wait()
 }
 

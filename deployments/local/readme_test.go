@@ -25,6 +25,7 @@ import (
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 
@@ -217,6 +218,9 @@ func (lr *localRun) curl(t *testing.T, line string) (int, []byte) {
 	for i := 1; i < len(args); i++ {
 		switch a := args[i]; {
 		case a == "-s":
+		case a == "-X" && i+1 < len(args):
+			req.Method = args[i+1]
+			i++
 		case a == "-H" && i+1 < len(args):
 			k, v, _ := strings.Cut(args[i+1], ":")
 			req.Header.Set(k, strings.TrimSpace(v))
@@ -236,6 +240,13 @@ func (lr *localRun) curl(t *testing.T, line string) (int, []byte) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, body
+}
+
+// noRedirects is a browser without cookies that shows a test the
+// redirects it gets.
+var noRedirects = &http.Client{
+	Timeout:       30 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
 // makeTarget runs a make command line of the README in the repository,
@@ -310,26 +321,49 @@ func TestReadme(t *testing.T) {
 	dataDir := t.TempDir()
 	lr := startMakeRun(t, dataDir, nil)
 
-	// make run prints a curl that works.
-	var printed string
-	for l := range strings.SplitSeq(lr.banner.String(), "\n") {
-		if strings.Contains(l, "curl ") {
-			printed = strings.TrimSpace(l)
+	// make run prints a curl that works and, once the gateway is up, a
+	// login link of the dashboard and the curl that makes another.
+	var printed, link, another string
+	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		for l := range strings.SplitSeq(lr.banner.String(), "\n") {
+			switch l = strings.TrimSpace(l); {
+			case strings.HasPrefix(l, "curl ") && strings.HasSuffix(l, "/queue"):
+				printed = l
+			case strings.HasPrefix(l, "http://") && strings.Contains(l, "/ui/login/"):
+				link = l
+			case strings.HasPrefix(l, "Another link: "):
+				another = strings.TrimPrefix(l, "Another link: ")
+			}
 		}
-	}
+		if link == "" || another == "" {
+			return fmt.Errorf("make run printed no login link yet:\n%s", lr.banner.String())
+		}
+		return nil
+	})
 	if !strings.Contains(printed, `"Authorization: Bearer $(cat `) {
 		t.Fatalf("make run printed no curl with the token:\n%s", lr.banner.String())
 	}
 	if code, body := lr.curl(t, printed); code != http.StatusOK || !strings.Contains(string(body), `"counts"`) {
 		t.Errorf("%s: %d %s", printed, code, body)
 	}
-	// The token appears only inside the dashboard's one-time login link,
-	// never on a line of its own or in the curl.
+	// The token is never printed: the curls read it from its file.
 	token := lr.expand(t, "$(cat .data/api-token)")
-	for l := range strings.SplitSeq(lr.banner.String(), "\n") {
-		if strings.Contains(l, token) && !strings.Contains(l, "/ui/login?token="+token) {
-			t.Errorf("make run printed the token outside the login link: %q", l)
+	if len(token) < gateway.APITokenMinLength || strings.Contains(lr.banner.String(), token) {
+		t.Errorf("make run made a token of %d characters, or printed it:\n%s", len(token), lr.banner.String())
+	}
+	// The link logs a browser in, once.
+	for i, want := range []int{http.StatusSeeOther, http.StatusUnauthorized} {
+		resp, err := noRedirects.Get(link)
+		if err != nil {
+			t.Fatal(err)
 		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusSeeOther) != (resp.Header.Get("Set-Cookie") != "") {
+			t.Errorf("use %d of the printed login link: %d, cookie %q; want %d", i+1, resp.StatusCode, resp.Header.Get("Set-Cookie"), want)
+		}
+	}
+	if code, body := lr.curl(t, another); code != http.StatusOK || !strings.Contains(string(body), `"link":"/ui/login/`) {
+		t.Errorf("%s: %d %s", another, code, body)
 	}
 
 	var id string

@@ -484,7 +484,7 @@ func (s *system) status(ctx context.Context, id string) (*proto.Status, error) {
 }
 
 // apiToken is the gateway's ORCH_API_TOKEN in the soak: GET /queue needs it.
-const apiToken = "soak-token"
+const apiToken = "soak-token-of-the-orch-soak-test-run"
 
 // queueCounts is GET /queue's counts, as an operator would see them.
 func (s *system) queueCounts() map[string]int {

@@ -225,7 +225,7 @@ func freePort() (int, error) {
 }
 
 // apiToken is the gateway's ORCH_API_TOKEN in the bench: GET /queue needs it.
-const apiToken = "bench-token"
+const apiToken = "bench-token-of-the-orch-benchmarks-0"
 
 // queueAnswer is the part of GET /queue the bench reads.
 type queueAnswer struct {

@@ -23,7 +23,7 @@ ROOT=$(mktemp -d "${TMPDIR:-/tmp}/orch-realgitea.XXXXXX")
 # alice trusted, agent-bot the agent), so that a delivery kept from
 # Gitea's hook_task table is a test fixture as it is.
 SECRET=fixture-secret
-API_TOKEN=realgitea-api-token
+API_TOKEN=realgitea-api-token-of-32-characters-or-more
 FAILS=0
 PIDS=()
 

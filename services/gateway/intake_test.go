@@ -318,3 +318,56 @@ func TestWebhookSlotsAreBounded(t *testing.T) {
 		t.Errorf("webhook after the slots freed: %+v", a)
 	}
 }
+
+// An event whose job can never be queued (its URL alone is over the
+// bound) is answered 500 saying why, is not spooled, and the next event
+// is queued.
+func TestEventThatCanNeverBeQueuedIsRefused(t *testing.T) {
+	t.Parallel()
+	e, g := newGateway(t, nil)
+	huge := testkit.EditJSON(t, prBody(t, 80, "opened"), func(m map[string]any) {
+		m["pull_request"].(map[string]any)["html_url"] = "https://gitea.example.com/" + strings.Repeat("x", 600<<10)
+	})
+	code, out := g.do(t, http.MethodPost, "/webhooks/gitea", giteaHeaders("pull_request", huge), huge)
+	if code != http.StatusInternalServerError || !strings.Contains(string(out), "ORCH_MAX_TASK_BYTES") {
+		t.Errorf("answered %d %s, want 500 naming ORCH_MAX_TASK_BYTES", code, out)
+	}
+	if d := g.queue(t).Spool.Depth; d != 0 {
+		t.Errorf("spool depth %d, want 0", d)
+	}
+	if a := g.postPR(t, 81, "opened"); a.Spooled || len(a.Jobs) != 1 {
+		t.Errorf("next event: %+v", a)
+	}
+	_, js, _ := natstest.Connect(t, e.srv)
+	if n, err := streamMsgs(js); err != nil || n != 1 {
+		t.Errorf("JOBS holds %d messages (%v), want the next event's job alone", n, err)
+	}
+}
+
+// The intake's bounds are checked at start, each naming its variable.
+func TestIntakeBoundsAreValidated(t *testing.T) {
+	t.Parallel()
+	base := gateway.Config{GiteaSecret: "s", PlaneSecret: "s"}
+	base.SetDefaults()
+	for _, tt := range []struct {
+		name string
+		edit func(*gateway.Config)
+		want string
+	}{
+		{"task bound too big", func(c *gateway.Config) { c.MaxTaskBytes = 600 << 10 }, "ORCH_MAX_TASK_BYTES"},
+		{"task bound too small", func(c *gateway.Config) { c.MaxTaskBytes = 100 }, "ORCH_MAX_TASK_BYTES"},
+		{"no webhook slots", func(c *gateway.Config) { c.MaxConcurrentWebhooks = -1 }, "ORCH_MAX_CONCURRENT_WEBHOOKS"},
+		{"no dedupe TTL", func(c *gateway.Config) { c.DedupeTTL = -time.Hour }, "ORCH_DEDUPE_TTL"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			tt.edit(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want an error naming %s", err, tt.want)
+			}
+		})
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}

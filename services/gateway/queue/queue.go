@@ -198,18 +198,8 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	if known && time.Since(at) >= q.cfg.DuplicateWindow {
 		return Result{Duplicate: true}, nil
 	}
-	if err := job.Validate(); err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrPermanent, err)
-	}
-	size := len(job.Task.Body) + len(job.Trigger) + len(job.Task.Title)
-	cut, err := Fit(job, q.cfg.MaxTaskBytes)
-	if err != nil {
+	if err := q.prepare(job); err != nil {
 		return Result{}, err
-	}
-	if cut > 0 {
-		q.metrics.JobsCut.Inc()
-		q.log.Info("job text cut to fit ORCH_MAX_TASK_BYTES", zap.String("job", job.ID), zap.Int("cut_bytes", cut),
-			zap.Int("text_bytes", size), zap.Int("max_task_bytes", q.cfg.MaxTaskBytes))
 	}
 	data, err := json.Marshal(job)
 	if err != nil {
@@ -240,6 +230,26 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
+}
+
+// prepare makes job ready to publish: valid, and cut to fit MaxTaskBytes
+// (see Fit). Its error is ErrPermanent. A job prepared once is left as
+// it is.
+func (q *Queue) prepare(job *proto.Job) error {
+	if err := job.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	size := len(job.Task.Body) + len(job.Trigger) + len(job.Task.Title)
+	cut, err := Fit(job, q.cfg.MaxTaskBytes)
+	if err != nil {
+		return err
+	}
+	if cut > 0 {
+		q.metrics.JobsCut.Inc()
+		q.log.Info("job text cut to fit ORCH_MAX_TASK_BYTES", zap.String("job", job.ID), zap.Int("cut_bytes", cut),
+			zap.Int("text_bytes", size), zap.Int("max_task_bytes", q.cfg.MaxTaskBytes))
+	}
+	return nil
 }
 
 // Cancel marks job id cancelled (the runners skip or stop it). It returns
@@ -327,8 +337,16 @@ type Applied struct {
 // RetryBudget, else in the spool. While the spool holds anything, d joins
 // it, so events are carried out in the order they arrived. An error means
 // d could be neither carried out nor spooled; it is Permanent when a job
-// of d can never be queued, which no spool would change.
+// of d can never be queued, which no spool would change. Every job is
+// prepared (validated, cut to fit) first, so the spool holds jobs as they
+// will be published, and a decision with a job that can never be queued
+// is refused whole, nothing of it carried out or spooled.
 func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decision, log *zap.Logger) (Applied, error) {
+	for i := range d.Jobs {
+		if err := q.prepare(&d.Jobs[i]); err != nil {
+			return Applied{}, err
+		}
+	}
 	var err error
 	if q.spool.Depth() == 0 {
 		// Across attempts, the first answer for a job counts: a job this

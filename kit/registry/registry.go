@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -46,8 +45,10 @@ type Project struct {
 	// PlaneAgentMember is the agent's Plane member id; assigning it
 	// triggers an implement job.
 	PlaneAgentMember string `yaml:"plane_agent_member"`
-	// TrustedActors are Gitea logins, Plane member emails or ids whose
-	// labels and mentions trigger jobs.
+	// TrustedActors are the people whose words may start a job: each is
+	// gitea:<login>, plane:<member id> or plane:<email>; an untyped entry
+	// is a Gitea login or, when it holds an @, a Plane member's e-mail
+	// (see parseTrusted). Display names never match.
 	TrustedActors []string `yaml:"trusted_actors"`
 	// AgentCommand overrides ORCH_AGENT_COMMAND for this project.
 	AgentCommand []string `yaml:"agent_command"`
@@ -73,6 +74,8 @@ type Project struct {
 	// the top); empty checks out everything. A worktree keeps what it was
 	// made with.
 	SparseCheckout []string `yaml:"sparse_checkout"`
+	// trust is TrustedActors parsed, as the triggers match them.
+	trust trustSet
 	// Writeback says what the notifier writes back to the tracker a job
 	// came from: WritebackComment, WritebackStatus, WritebackBoth or
 	// WritebackOff. Empty means WritebackBoth wherever the tracker's URL
@@ -101,16 +104,6 @@ func (p *Project) WritesComment() bool {
 // WritesStatus reports whether the project wants Gitea commit statuses.
 func (p *Project) WritesStatus() bool {
 	return p.Writeback == "" || p.Writeback == WritebackStatus || p.Writeback == WritebackBoth
-}
-
-// Trusts reports whether actor (a login, email or member id) is trusted.
-func (p *Project) Trusts(actor ...string) bool {
-	for _, a := range actor {
-		if a != "" && slices.Contains(p.TrustedActors, a) {
-			return true
-		}
-	}
-	return false
 }
 
 // Registry is the set of projects, looked up by key, Gitea repository or
@@ -169,6 +162,9 @@ func Parse(data []byte) (*Registry, error) {
 		line := nodes.Projects[i].Line
 		if p == nil {
 			return nil, fmt.Errorf("line %d: empty project", line)
+		}
+		if err := p.parseTrusted(); err != nil {
+			return nil, fmt.Errorf("line %d: project %q: %w", entryLine(&nodes.Projects[i], "trusted_actors", err.index), p.Key, err)
 		}
 		if err := r.add(p); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)

@@ -24,7 +24,7 @@ func TestParse(t *testing.T) {
 	if !ok || p.Key != "acme-api" || p.Label != LabelDefault || p.Mention != MentionDefault || p.DefaultBranch != "main" {
 		t.Fatalf("project = %+v", p)
 	}
-	if p.AgentTimeout.Minutes() != 45 || !p.Trusts("bob", "alice") || p.Trusts("bob") {
+	if p.AgentTimeout.Minutes() != 45 || !p.TrustsGitea("alice") || p.TrustsGitea("bob") {
 		t.Errorf("project = %+v", p)
 	}
 	if q, ok := r.ByPlaneProject("4af9"); !ok || q != p {
@@ -162,5 +162,76 @@ func TestSparseCheckout(t *testing.T) {
 	for _, d := range []string{"/abs", "../up", "a/../b", "*.go", "!a", "", ".git", "a//b"} {
 		bad = append(bad, parseError{d, fmt.Sprintf("projects:\n  - key: a\n    gitea_repo: x/y\n    sparse_checkout: [%q]\n", d), `line 2: project "a": sparse_checkout`})
 	}
+	checkParseErrors(t, bad)
+}
+
+// trusted_actors entries name a person in one system: typed ones in the
+// system they name, untyped ones as registries have always written them
+// (a Gitea login, or a Plane member's e-mail), and display names never.
+func TestTrustedActors(t *testing.T) {
+	t.Parallel()
+	const (
+		carolID = "6bb20d1c-4960-41ca-af4f-cee01de160c4"
+		daveID  = "9b1e0000-0000-4000-8000-00000000a6e7"
+	)
+	r, err := Parse([]byte(`projects:
+  - key: a
+    gitea_repo: x/y
+    trusted_actors:
+      - gitea:bob
+      - plane:` + carolID + `
+      - plane:Bob@Example.com
+      - alice
+      - erin@example.com
+      - ` + daveID + `
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := r.ByKey("a")
+	gitea := map[string]bool{
+		"bob": true, "BOB": true, "alice": true, "Alice": true,
+		"bob@example.com": false, "erin@example.com": false, "erin": false,
+		carolID: false, daveID: false, "mallory": false, "": false,
+	}
+	for login, want := range gitea {
+		if got := p.TrustsGitea(login); got != want {
+			t.Errorf("TrustsGitea(%q) = %v, want %v", login, got, want)
+		}
+	}
+	plane := []struct {
+		id, email string
+		want      bool
+	}{
+		{carolID, "", true},
+		{strings.ToUpper(carolID), "", true},
+		{daveID, "", true},
+		{"", "bob@example.com", true},
+		{"", "erin@EXAMPLE.com", true},
+		{"u-1", "erin@example.com", true},
+		// gitea:bob and alice are Gitea logins, not Plane names.
+		{"bob", "", false},
+		{"alice", "", false},
+		{"", "alice", false},
+		{"", "mallory@example.com", false},
+		{"", "", false},
+	}
+	for _, tt := range plane {
+		if got := p.TrustsPlane(tt.id, tt.email); got != tt.want {
+			t.Errorf("TrustsPlane(%q, %q) = %v, want %v", tt.id, tt.email, got, tt.want)
+		}
+	}
+}
+
+// A trusted_actors entry that names no one stops the load, naming the
+// entry's line.
+func TestTrustedActorsErrorsNameTheLine(t *testing.T) {
+	t.Parallel()
+	var bad []parseError
+	for _, e := range []string{"gitea:", "plane:", "github:x", "plane:alice", "gitea:a b", "gitea:bob@example.com", "Alice Dev", "", ":x"} {
+		y := fmt.Sprintf("projects:\n  - key: a\n    gitea_repo: x/y\n    trusted_actors:\n      - alice\n      - %q\n", e)
+		bad = append(bad, parseError{e, y, fmt.Sprintf(`line 6: project "a": trusted_actors entry %q`, e)})
+	}
+	bad = append(bad, parseError{"flow sequence", "projects:\n  - key: a\n    gitea_repo: x/y\n    trusted_actors: [alice, \"gitlab:bob\"]\n", `line 4: project "a": trusted_actors entry "gitlab:bob": unknown system "gitlab"`})
 	checkParseErrors(t, bad)
 }

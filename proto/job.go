@@ -75,6 +75,16 @@ type Task struct {
 	// be the item's readable identifier instead, which Plane's API does
 	// not take.
 	PlaneItem string `json:"plane_item,omitempty"`
+	// Author is who wrote Title and Body, where the trigger knows it: a
+	// pull request's or issue's author (a Gitea login), a work item's
+	// creator (a Plane member id). Title and Body are that person's
+	// words, to be read as data, not as instructions.
+	Author string `json:"author,omitempty"`
+	// AuthorTrusted says Author is one of the project's trusted_actors.
+	// Anyone may open a pull request, so a review's task is often a
+	// stranger's; false (or absent, in jobs written before it) is the
+	// safe reading.
+	AuthorTrusted bool `json:"author_trusted,omitempty"`
 }
 
 // Source says which event made the job.
@@ -83,7 +93,17 @@ type Source struct {
 	System   string `json:"system"`
 	Event    string `json:"event,omitempty"`
 	Delivery string `json:"delivery,omitempty"`
-	Actor    string `json:"actor,omitempty"`
+	// Actor is who caused the job, and wrote Job.Trigger where it is a
+	// comment or a review: a Gitea login, or a Plane member's e-mail (or
+	// id when the payload has no e-mail).
+	Actor string `json:"actor,omitempty"`
+	// Trusted says Actor is one of the project's trusted_actors. The
+	// gateway starts a job from a person's words (a review, a mention, a
+	// label or an assignment) only for a trusted actor; a pull request
+	// event or a failed workflow run starts one for anyone, with Trusted
+	// false. False (or absent, in jobs written before it) is the safe
+	// reading.
+	Trusted bool `json:"trusted,omitempty"`
 }
 
 // JobID derives a job id from a dedupe key built from an event's content,

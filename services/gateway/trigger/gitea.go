@@ -46,25 +46,43 @@ type giteaCtx struct {
 	now       time.Time
 }
 
+// source names the event and whose words Job.Trigger holds, and whether
+// the project trusts them.
 func (g giteaCtx) source(action, actor string) proto.Source {
-	return proto.Source{System: "gitea", Event: g.eventType + "/" + action, Delivery: g.delivery, Actor: actor}
+	return proto.Source{System: "gitea", Event: g.eventType + "/" + action, Delivery: g.delivery, Actor: actor, Trusted: g.p.TrustsGitea(actor)}
 }
+
+// isAgent reports whether login is the agent's own Gitea account (Gitea
+// logins are case-insensitive).
+func (g giteaCtx) isAgent(login string) bool {
+	return g.p.AgentUser != "" && strings.EqualFold(login, g.p.AgentUser)
+}
+
+// untrusted is the answer to a person whose words would reach the agent
+// but who is not among the project's trusted_actors.
+func untrusted(actor string) Decision { return Ignore("actor %q is not trusted", actor) }
 
 func (g giteaCtx) pullRequest(ev *webhook.GiteaPullRequestEvent) Decision {
 	pr := ev.PullRequest
 	repo := ev.Repository.FullName
-	task := prTask(pr)
+	task := g.prTask(pr, repo)
 	src := g.source(ev.Action, ev.Sender.Login)
 	switch g.eventType {
 	case "pull_request_review_rejected":
 		if ev.Action != "reviewed" {
 			return Ignore("review action %q is not acted on", ev.Action)
 		}
-		if g.p.AgentUser != "" && ev.Sender.Login == g.p.AgentUser {
+		if g.isAgent(ev.Sender.Login) {
 			return Ignore("review by the agent's own account %q", ev.Sender.Login)
 		}
-		if _, ok := TaskOfBranch(pr.Head.Ref); !ok {
-			return Ignore("changes requested on %q, not an agent branch", pr.Head.Ref)
+		if _, ok := ownTask(pr, repo); !ok {
+			return Ignore("changes requested on %q, not an agent branch", headName(pr, repo))
+		}
+		// The review's text becomes the fix's instructions: the reviewer
+		// (the sender; Gitea's review object names no user) must be
+		// trusted.
+		if !src.Trusted {
+			return untrusted(ev.Sender.Login)
 		}
 		content := ""
 		if ev.Review != nil {
@@ -99,7 +117,7 @@ func (g giteaCtx) comment(ev *webhook.GiteaCommentEvent) Decision {
 	}
 	c, is := ev.Comment, ev.Issue
 	actor := cmpOr(c.User.Login, ev.Sender.Login)
-	if g.p.AgentUser != "" && (actor == g.p.AgentUser || ev.Sender.Login == g.p.AgentUser) {
+	if g.isAgent(actor) || g.isAgent(ev.Sender.Login) {
 		return Ignore("comment by the agent's own account %q", actor)
 	}
 	if proto.HasCommentMarker(c.Body) {
@@ -110,17 +128,19 @@ func (g giteaCtx) comment(ev *webhook.GiteaCommentEvent) Decision {
 	if !Mentions(c.Body, g.p.Mention) {
 		return Ignore("comment does not mention %s", g.p.Mention)
 	}
-	if !g.p.Trusts(actor, c.User.Email) {
-		return Ignore("actor %q is not trusted", actor)
+	// Gitea names an account by its login; the e-mail in its payloads
+	// is unconfirmed or a placeholder, so it is not asked.
+	if !g.p.TrustsGitea(actor) {
+		return untrusted(actor)
 	}
 	var task proto.Task
 	switch {
 	case ev.PullRequest != nil:
-		task = prTask(ev.PullRequest)
+		task = g.prTask(ev.PullRequest, ev.Repository.FullName)
 	case ev.IsPull || is.IsPullRequest || g.eventType == "pull_request_comment":
-		task = proto.Task{ID: fmt.Sprintf("pr-%d", is.Number), Title: is.Title, Body: is.Body, URL: is.HTMLURL, PR: is.Number}
+		task = g.withAuthor(proto.Task{ID: fmt.Sprintf("pr-%d", is.Number), Title: is.Title, Body: is.Body, URL: is.HTMLURL, PR: is.Number}, is.User.Login)
 	default:
-		task = proto.Task{ID: fmt.Sprintf("issue-%d", is.Number), Title: is.Title, Body: is.Body, URL: is.HTMLURL}
+		task = g.withAuthor(proto.Task{ID: fmt.Sprintf("issue-%d", is.Number), Title: is.Title, Body: is.Body, URL: is.HTMLURL}, is.User.Login)
 	}
 	key := fmt.Sprintf("gitea|%s|comment|%d", ev.Repository.FullName, c.ID)
 	if c.ID == 0 { // not sent by Gitea; never let two comments share a job
@@ -139,6 +159,17 @@ func (g giteaCtx) workflowRun(ev *webhook.GiteaWorkflowRunEvent) Decision {
 	if run.Conclusion != "failure" {
 		return Ignore("workflow run concluded %q, not failure", run.Conclusion)
 	}
+	// A run for a pull request event ran on the pull request's ref
+	// (refs/pull/<n>/head, or the base branch for pull_request_target),
+	// and Gitea's payload does not say whose head that is: it is never
+	// taken for a run on orch's own branch. A push to an agent branch of
+	// the repository itself runs with event push.
+	if strings.HasPrefix(run.Event, "pull_request") {
+		return Ignore("workflow run for a %s event, not a push to an agent branch", run.Event)
+	}
+	if h := run.HeadRepository.FullName; h != "" && !strings.EqualFold(h, ev.Repository.FullName) {
+		return Ignore("workflow run failed on %s:%s, a fork, not an agent branch", h, run.HeadBranch)
+	}
 	taskID, ok := TaskOfBranch(run.HeadBranch)
 	if !ok {
 		return Ignore("workflow run failed on %q, not an agent branch", run.HeadBranch)
@@ -155,14 +186,65 @@ func (g giteaCtx) workflowRun(ev *webhook.GiteaWorkflowRunEvent) Decision {
 }
 
 // prTask is the task a pull request belongs to: the task of its agent
-// branch, or pr-<number>. It names the head branch and commit, so the
-// runner runs the job at the pull request's head.
-func prTask(pr *webhook.GiteaPullRequest) proto.Task {
-	id, ok := TaskOfBranch(pr.Head.Ref)
+// branch (see ownTask), or pr-<number>. It names the head branch and
+// commit, so the runner runs the job at the pull request's head, and the
+// author of its title and body.
+func (g giteaCtx) prTask(pr *webhook.GiteaPullRequest, repo string) proto.Task {
+	id, ok := ownTask(pr, repo)
 	if !ok {
 		id = fmt.Sprintf("pr-%d", pr.Number)
 	}
-	return proto.Task{ID: id, Title: pr.Title, Body: pr.Body, URL: pr.HTMLURL, Branch: pr.Head.Ref, PR: pr.Number, HeadSHA: pr.Head.SHA}
+	return g.withAuthor(proto.Task{ID: id, Title: pr.Title, Body: pr.Body, URL: pr.HTMLURL, Branch: pr.Head.Ref, PR: pr.Number, HeadSHA: pr.Head.SHA}, pr.User.Login)
+}
+
+// withAuthor records who wrote the task's title and body, and whether
+// the project trusts them.
+func (g giteaCtx) withAuthor(t proto.Task, login string) proto.Task {
+	t.Author, t.AuthorTrusted = login, g.p.TrustsGitea(login)
+	return t
+}
+
+// ownTask returns the task of a pull request on one of orch's agent
+// branches: a head branch agent/<task> in the base repository itself. A
+// fork's branch of that name is a person's, whoever named it so.
+func ownTask(pr *webhook.GiteaPullRequest, repo string) (string, bool) {
+	if !headInBase(pr, repo) {
+		return "", false
+	}
+	return TaskOfBranch(pr.Head.Ref)
+}
+
+// headInBase reports whether a pull request's head branch is in its base
+// repository (repo, the delivery's repository, when the payload's base
+// names none). Every piece of the payload that tells must agree: the
+// head's repo_id with the base's, and the head's repository name with
+// the base's. A payload that tells nothing (no head repository, as from
+// older senders or once a fork is deleted) is taken for a fork.
+func headInBase(pr *webhook.GiteaPullRequest, repo string) bool {
+	told := false
+	if h, b := pr.Head.RepoID, pr.Base.RepoID; h != 0 && b != 0 {
+		if h != b {
+			return false
+		}
+		told = true
+	}
+	if h := pr.Head.Repo.FullName; h != "" {
+		// Gitea's owner and repository names are case-insensitive.
+		if !strings.EqualFold(h, cmpOr(pr.Base.Repo.FullName, repo)) {
+			return false
+		}
+		told = true
+	}
+	return told
+}
+
+// headName is how a reason names a pull request's head: its branch, and
+// the repository when it is another.
+func headName(pr *webhook.GiteaPullRequest, repo string) string {
+	if headInBase(pr, repo) {
+		return pr.Head.Ref
+	}
+	return cmpOr(pr.Head.Repo.FullName, "an unnamed repository") + ":" + pr.Head.Ref
 }
 
 // digest shortens free text for a dedupe key.

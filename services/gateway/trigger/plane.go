@@ -5,6 +5,7 @@ import (
 	"html"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orch-dev/orch/kit/registry"
@@ -49,8 +50,8 @@ type planeCtx struct {
 	now      time.Time
 }
 
-func (pc planeCtx) source(actor string) proto.Source {
-	return proto.Source{System: "plane", Event: pc.ev.Event + "/" + pc.ev.Action, Delivery: pc.delivery, Actor: actor}
+func (pc planeCtx) source(actor webhook.PlaneActor) proto.Source {
+	return proto.Source{System: "plane", Event: pc.ev.Event + "/" + pc.ev.Action, Delivery: pc.delivery, Actor: actorName(actor), Trusted: pc.trusted(actor)}
 }
 
 // actor is the Plane member who made the change: the activity's actor, or
@@ -63,17 +64,28 @@ func (pc planeCtx) actor(fallback string) webhook.PlaneActor {
 	return a
 }
 
+// trusted reports whether the project trusts a Plane member, by member
+// id or e-mail. The display name is never asked: any member may set it
+// to anyone's name.
 func (pc planeCtx) trusted(a webhook.PlaneActor) bool {
-	return pc.p.Trusts(a.ID, a.Email, a.DisplayName)
+	return pc.p.TrustsPlane(a.ID, a.Email)
 }
 
+// isAgent reports whether a member id is the agent's own member.
+func (pc planeCtx) isAgent(id string) bool {
+	return pc.p.PlaneAgentMember != "" && strings.EqualFold(id, pc.p.PlaneAgentMember)
+}
+
+// actorName names a member in a job's source and an ignored reason: by
+// e-mail, else by id; never by display name, which proves nothing.
 func actorName(a webhook.PlaneActor) string {
-	return cmpOr(a.Email, cmpOr(a.DisplayName, a.ID))
+	return cmpOr(a.Email, a.ID)
 }
 
 // planeTask is the task of a work item: <identifier>-<sequence> where the
-// payload names the project identifier, else the item id.
-func planeTask(is *webhook.PlaneIssue) proto.Task {
+// payload names the project identifier, else the item id. Its title and
+// description are the creator's words.
+func (pc planeCtx) planeTask(is *webhook.PlaneIssue) proto.Task {
 	id := is.ID
 	if ident := is.Identifier(); ident != "" && is.SequenceID > 0 {
 		id = ident + "-" + strconv.Itoa(is.SequenceID)
@@ -82,13 +94,14 @@ func planeTask(is *webhook.PlaneIssue) proto.Task {
 	if body == "" {
 		body = stripHTML(is.DescriptionHTML)
 	}
-	return proto.Task{ID: id, Title: is.Name, Body: body, PlaneItem: is.ID}
+	return proto.Task{ID: id, Title: is.Name, Body: body, PlaneItem: is.ID,
+		Author: is.CreatedBy, AuthorTrusted: pc.p.TrustsPlane(is.CreatedBy, "")}
 }
 
 func (pc planeCtx) issue() Decision {
 	is := pc.ev.Issue
 	actor := pc.actor(cmpOr(is.UpdatedBy, is.CreatedBy))
-	task := planeTask(is)
+	task := pc.planeTask(is)
 	labels := pc.labelKeys(is)
 	switch pc.ev.Action {
 	case "created":
@@ -96,9 +109,7 @@ func (pc planeCtx) issue() Decision {
 		if !hasLabel && !assigned {
 			return Ignore("work item has neither the label %q nor the agent assigned", pc.p.Label)
 		}
-		// Assigning the agent member is itself a deliberate act; only the
-		// label (anyone may add one) asks for a trusted actor.
-		return pc.implement(actor, task, fmt.Sprintf("plane|%s|created", is.ID), hasLabel)
+		return pc.implement(actor, task, fmt.Sprintf("plane|%s|created", is.ID))
 	case "updated":
 	default:
 		return Ignore("work item action %q is not acted on", pc.ev.Action)
@@ -111,7 +122,7 @@ func (pc planeCtx) issue() Decision {
 		if !newly(has(refSet(is.Labels, is.LabelIDs)), oldV, newV, webhook.Values(act.NewIdentifier), has) {
 			return Ignore("label update does not newly add %q", pc.p.Label)
 		}
-		return pc.implement(actor, task, fmt.Sprintf("plane|%s|labels|%s|%s", is.ID, pc.p.Label, is.UpdatedAt), true)
+		return pc.implement(actor, task, fmt.Sprintf("plane|%s|labels|%s|%s", is.ID, pc.p.Label, is.UpdatedAt))
 	case "assignee_ids", "assignees":
 		if pc.p.PlaneAgentMember == "" {
 			return Ignore("project %q has no plane_agent_member", pc.p.Key)
@@ -119,7 +130,7 @@ func (pc planeCtx) issue() Decision {
 		if !newly(pc.agentIn(refSet(is.Assignees, is.AssigneeIDs)), oldV, newV, webhook.Values(act.NewIdentifier), pc.agentIn) {
 			return Ignore("assignee update does not newly assign the agent")
 		}
-		return pc.implement(actor, task, fmt.Sprintf("plane|%s|assignees|%s|%s", is.ID, pc.p.PlaneAgentMember, is.UpdatedAt), false)
+		return pc.implement(actor, task, fmt.Sprintf("plane|%s|assignees|%s|%s", is.ID, pc.p.PlaneAgentMember, is.UpdatedAt))
 	case "state_id", "state":
 		st := is.StateDetail
 		if st == nil || st.Group == "" {
@@ -136,16 +147,18 @@ func (pc planeCtx) issue() Decision {
 	return Ignore("work item field %q is not acted on", act.Field)
 }
 
-// implement queues an implement job; label triggers need a trusted actor,
-// as PRODUCT.md says of label and mention triggers.
-func (pc planeCtx) implement(actor webhook.PlaneActor, task proto.Task, key string, needTrust bool) Decision {
-	if pc.p.PlaneAgentMember != "" && actor.ID == pc.p.PlaneAgentMember {
+// implement queues an implement job for a trusted actor. Labelling a
+// work item or assigning it to the agent hands its title and description
+// (anyone's words) to an agent that runs commands: the member who does
+// so vouches for them, and must be trusted.
+func (pc planeCtx) implement(actor webhook.PlaneActor, task proto.Task, key string) Decision {
+	if pc.isAgent(actor.ID) {
 		return Ignore("change by the agent's own member")
 	}
-	if needTrust && !pc.trusted(actor) {
-		return Ignore("actor %q is not trusted", actorName(actor))
+	if !pc.trusted(actor) {
+		return untrusted(actorName(actor))
 	}
-	return Decision{Jobs: []proto.Job{newJob(pc.p, proto.KindImplement, key, task, pc.source(actorName(actor)), pc.now)}}
+	return Decision{Jobs: []proto.Job{newJob(pc.p, proto.KindImplement, key, task, pc.source(actor), pc.now)}}
 }
 
 func (pc planeCtx) comment() Decision {
@@ -154,7 +167,7 @@ func (pc planeCtx) comment() Decision {
 		return Ignore("comment action %q is not acted on", pc.ev.Action)
 	}
 	actor := pc.actor(cmpOr(c.Actor, c.CreatedBy))
-	if pc.p.PlaneAgentMember != "" && (actor.ID == pc.p.PlaneAgentMember || c.Actor == pc.p.PlaneAgentMember) {
+	if pc.isAgent(actor.ID) || pc.isAgent(c.Actor) {
 		return Ignore("comment by the agent's own member")
 	}
 	if c.ExternalSource == proto.PlaneExternalSource {
@@ -168,10 +181,10 @@ func (pc planeCtx) comment() Decision {
 		return Ignore("comment does not mention %s", pc.p.Mention)
 	}
 	if !pc.trusted(actor) {
-		return Ignore("actor %q is not trusted", actorName(actor))
+		return untrusted(actorName(actor))
 	}
 	task := proto.Task{ID: c.Issue, PlaneItem: c.Issue}
-	job := newJob(pc.p, proto.KindRespond, fmt.Sprintf("plane|comment|%s", c.ID), task, pc.source(actorName(actor)), pc.now)
+	job := newJob(pc.p, proto.KindRespond, fmt.Sprintf("plane|comment|%s", c.ID), task, pc.source(actor), pc.now)
 	job.Trigger = truncate(text, MaxTriggerText)
 	return Decision{Jobs: []proto.Job{job}}
 }

@@ -61,6 +61,37 @@ func obj(m map[string]any, path ...string) map[string]any {
 
 func agentBranch(m map[string]any) { obj(m, "pull_request", "head")["ref"] = "agent/WID-41" }
 
+// forkAgentBranch makes the pull request come from mallory's fork, on a
+// branch named like orch's task.
+func forkAgentBranch(m map[string]any) {
+	agentBranch(m)
+	head := obj(m, "pull_request", "head")
+	head["repo_id"] = 99
+	head["repo"] = map[string]any{"id": 99, "name": "widgets", "full_name": "mallory/widgets", "fork": true}
+}
+
+// noHeadRepo leaves out what says where the head branch is, as older
+// payloads do.
+func noHeadRepo(m map[string]any) {
+	head := obj(m, "pull_request", "head")
+	delete(head, "repo_id")
+	delete(head, "repo")
+}
+
+// by makes the delivery's sender login.
+func by(login string) func(map[string]any) {
+	return func(m map[string]any) { obj(m, "sender")["login"] = login }
+}
+
+// all applies edits in order.
+func all(edits ...func(map[string]any)) func(map[string]any) {
+	return func(m map[string]any) {
+		for _, e := range edits {
+			e(m)
+		}
+	}
+}
+
 // want is the expected decision: a job's kind and task, a cancelled task,
 // or a substring of the ignored reason.
 type want struct {
@@ -146,12 +177,40 @@ func TestGitea(t *testing.T) {
 			want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
 		{name: "agent pr closed", fixture: "pull_request__closed", edit: agentBranch,
 			want: want{kind: proto.KindCleanup, task: "wid-41", cancel: "wid-41"}},
+		// A fork's branch is a person's, whatever it is called.
+		{name: "fork's pr on a branch named agent/<task> opened", fixture: "pull_request__opened", edit: forkAgentBranch,
+			want: want{kind: proto.KindReview, task: "pr-42", head: shaA}},
+		{name: "fork's pr on a branch named agent/<task> synchronized", fixture: "pull_request__opened", event: "pull_request_sync",
+			edit: all(forkAgentBranch, func(m map[string]any) { m["action"] = "synchronized" }),
+			want: want{kind: proto.KindReview, task: "pr-42"}},
+		{name: "fork's pr on a branch named agent/<task> closed", fixture: "pull_request__closed", edit: forkAgentBranch,
+			want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
+		{name: "fork's pr whose fork was deleted (head repo null) closed", fixture: "pull_request__closed", edit: all(forkAgentBranch, func(m map[string]any) {
+			obj(m, "pull_request", "head")["repo"] = nil
+		}), want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
+		{name: "head repo_id agrees but its name is another", fixture: "pull_request__closed", edit: all(agentBranch, func(m map[string]any) {
+			obj(m, "pull_request", "head", "repo")["full_name"] = "mallory/widgets"
+		}), want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
+		{name: "pr on agent/<task> without head repository (older payload) is taken for a fork's", fixture: "pull_request__closed",
+			edit: all(agentBranch, noHeadRepo), want: want{kind: proto.KindCleanup, task: "pr-42", cancel: "pr-42"}},
+		{name: "agent pr told only by the head repository's name, in another case", fixture: "pull_request__closed", edit: all(agentBranch, func(m map[string]any) {
+			delete(obj(m, "pull_request", "head"), "repo_id")
+			obj(m, "pull_request", "head", "repo")["full_name"] = "ACME/Widgets"
+		}), want: want{kind: proto.KindCleanup, task: "wid-41", cancel: "wid-41"}},
 		{name: "pr edited", fixture: "pull_request__opened", edit: func(m map[string]any) { m["action"] = "edited" },
 			want: want{ignored: `action "edited"`}},
 		{name: "review requested", fixture: "pull_request_review_request__review_requested", want: want{ignored: "not acted on"}},
 		{name: "review rejected on a human branch", fixture: "pull_request_review_rejected__reviewed", want: want{ignored: "not an agent branch"}},
 		{name: "review rejected on an agent branch", fixture: "pull_request_review_rejected__reviewed", edit: agentBranch,
 			want: want{kind: proto.KindFix, task: "wid-41", head: shaC}},
+		{name: "review rejected by an untrusted reviewer", fixture: "pull_request_review_rejected__reviewed", edit: all(agentBranch, by("mallory")),
+			want: want{ignored: `actor "mallory" is not trusted`}},
+		{name: "review rejected by a trusted reviewer, login in another case", fixture: "pull_request_review_rejected__reviewed", edit: all(agentBranch, by("Bob")),
+			want: want{kind: proto.KindFix, task: "wid-41"}},
+		{name: "review rejected on a fork's branch named agent/<task>", fixture: "pull_request_review_rejected__reviewed", edit: forkAgentBranch,
+			want: want{ignored: `"mallory/widgets:agent/WID-41", not an agent branch`}},
+		{name: "review rejected on agent/<task> without head repository", fixture: "pull_request_review_rejected__reviewed", edit: all(agentBranch, noHeadRepo),
+			want: want{ignored: "not an agent branch"}},
 		{name: "agent's own rejecting review", fixture: "pull_request_review_rejected__reviewed", edit: func(m map[string]any) {
 			agentBranch(m)
 			obj(m, "sender")["login"] = "agent-bot"
@@ -164,7 +223,17 @@ func TestGitea(t *testing.T) {
 			obj(m, "comment", "user")["login"] = "mallory"
 			obj(m, "comment", "user")["email"] = "mallory@example.com"
 			obj(m, "sender")["login"] = "mallory"
-		}, want: want{ignored: "not trusted"}},
+		}, want: want{ignored: `actor "mallory" is not trusted`}},
+		// Gitea does not confirm e-mails by default: a Gitea account is
+		// trusted by its login only.
+		{name: "mention from an untrusted login with a trusted e-mail", fixture: "issue_comment__created", edit: func(m map[string]any) {
+			obj(m, "comment", "user")["login"] = "mallory"
+			obj(m, "comment", "user")["email"] = "alice@example.com"
+			obj(m, "sender")["login"] = "mallory"
+		}, want: want{ignored: `actor "mallory" is not trusted`}},
+		{name: "mention from a trusted login in another case", fixture: "issue_comment__created", edit: func(m map[string]any) {
+			obj(m, "comment", "user")["login"] = "ALICE"
+		}, want: want{kind: proto.KindRespond, task: "issue-41"}},
 		{name: "the agent's own comment", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "comment", "user")["login"] = "agent-bot"
 			obj(m, "sender")["login"] = "agent-bot"
@@ -183,8 +252,20 @@ func TestGitea(t *testing.T) {
 		{name: "pull request comment naming the agent branch", fixture: "issue_comment__created", event: "pull_request_comment",
 			edit: func(m map[string]any) {
 				m["is_pull"] = true
-				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7", "sha": shaA}}
+				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7", "sha": shaA, "repo_id": 12},
+					"base": map[string]any{"ref": "main", "repo_id": 12}}
 			}, want: want{kind: proto.KindRespond, task: "wid-7", head: shaA}},
+		{name: "pull request comment naming a fork's branch agent/<task>", fixture: "issue_comment__created", event: "pull_request_comment",
+			edit: func(m map[string]any) {
+				m["is_pull"] = true
+				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7", "sha": shaA, "repo_id": 99},
+					"base": map[string]any{"ref": "main", "repo_id": 12}}
+			}, want: want{kind: proto.KindRespond, task: "pr-41", head: shaA}},
+		{name: "pull request comment naming agent/<task> without head repository", fixture: "issue_comment__created", event: "pull_request_comment",
+			edit: func(m map[string]any) {
+				m["is_pull"] = true
+				m["pull_request"] = map[string]any{"number": 41, "head": map[string]any{"ref": "agent/wid-7", "sha": shaA}}
+			}, want: want{kind: proto.KindRespond, task: "pr-41", head: shaA}},
 		// Deliveries recorded from Gitea 1.26.0 (deployments/local/realgitea.sh):
 		// a push to an agent branch's pull request, and a person's comment
 		// on it, which Gitea 1.26 sends with the pull request (head branch
@@ -212,6 +293,22 @@ func TestGitea(t *testing.T) {
 			edit: func(m map[string]any) { obj(m, "workflow_run")["conclusion"] = "success" }, want: want{ignored: "not failure"}},
 		{name: "workflow run failed on a human branch", fixture: "workflow_run", event: "workflow_run",
 			edit: func(m map[string]any) { obj(m, "workflow_run")["head_branch"] = "main" }, want: want{ignored: "not an agent branch"}},
+		// Gitea's workflow_run names no head repository; a run for a pull
+		// request event may be a fork's, and is never an agent branch's.
+		{name: "workflow run failed for a pull request event", fixture: "workflow_run", event: "workflow_run",
+			edit: func(m map[string]any) { obj(m, "workflow_run")["event"] = "pull_request" }, want: want{ignored: "not a push to an agent branch"}},
+		{name: "workflow run failed for a pull_request_target event", fixture: "workflow_run", event: "workflow_run",
+			edit: func(m map[string]any) { obj(m, "workflow_run")["event"] = "pull_request_target" }, want: want{ignored: "not a push to an agent branch"}},
+		{name: "workflow run failed on a fork's head (a sender naming head_repository)", fixture: "workflow_run", event: "workflow_run",
+			edit: func(m map[string]any) {
+				obj(m, "workflow_run")["head_repository"] = map[string]any{"full_name": "mallory/widgets"}
+			},
+			want: want{ignored: "a fork"}},
+		{name: "workflow run failed on an agent branch, head_repository the repository", fixture: "workflow_run", event: "workflow_run",
+			edit: func(m map[string]any) {
+				obj(m, "workflow_run")["head_repository"] = map[string]any{"full_name": "acme/widgets"}
+			},
+			want: want{kind: proto.KindFix, task: "wid-41"}},
 		{name: "workflow run in progress", fixture: "workflow_run", event: "workflow_run",
 			edit: func(m map[string]any) { m["action"] = "in_progress" }, want: want{ignored: "not acted on"}},
 		{name: "path escape in a branch", fixture: "pull_request__opened", edit: func(m map[string]any) {
@@ -299,9 +396,25 @@ func TestPlane(t *testing.T) {
 			obj(m, "activity")["old_value"] = nil
 			obj(m, "activity")["new_value"] = planeAgent
 		}, want: want{kind: proto.KindImplement, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"}},
+		// Assigning the agent hands the item's words to it, as a label
+		// does: the member who assigns must be trusted.
 		{name: "agent assigned by an actor not in trusted_actors", fixture: "issue__updated_labels", edit: func(m map[string]any) {
 			addAgent(m)
 			obj(m, "activity")["actor"] = map[string]any{"id": "u-carol", "email": "carol@example.com"}
+		}, want: want{ignored: `actor "carol@example.com" is not trusted`}},
+		{name: "created assigned to the agent by an actor not in trusted_actors", fixture: "issue__created", edit: func(m map[string]any) {
+			obj(m, "data")["assignees"] = []any{map[string]any{"id": planeAgent}}
+			obj(m, "activity")["actor"] = map[string]any{"id": "u-carol", "email": "carol@example.com"}
+		}, want: want{ignored: `actor "carol@example.com" is not trusted`}},
+		{name: "label added by a member whose display name is trusted", fixture: "issue__updated_labels", edit: func(m map[string]any) {
+			obj(m, "activity")["actor"] = map[string]any{"id": "u-mallory", "email": "mallory@example.com", "display_name": "alice"}
+		}, want: want{ignored: `actor "mallory@example.com" is not trusted`}},
+		{name: "label added by a member named only by a trusted display name", fixture: "issue__updated_labels", edit: func(m map[string]any) {
+			obj(m, "activity")["actor"] = map[string]any{"id": "bob", "display_name": "bob"}
+			obj(m, "data")["updated_by"] = "bob"
+		}, want: want{ignored: `actor "bob" is not trusted`}},
+		{name: "label added by alice, trusted by her e-mail", fixture: "issue__updated_labels", edit: func(m map[string]any) {
+			obj(m, "activity")["actor"] = map[string]any{"id": "u-alice", "email": "Alice@Example.com", "display_name": "someone"}
 		}, want: want{kind: proto.KindImplement, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"}},
 		{name: "someone else assigned while the agent was", fixture: "issue__updated_labels", edit: func(m map[string]any) {
 			addAgent(m)
@@ -323,6 +436,9 @@ func TestPlane(t *testing.T) {
 		{name: "comment mention from an untrusted actor", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "activity")["actor"] = map[string]any{"id": "u-mallory", "email": "mallory@example.com"}
 		}, want: want{ignored: "not trusted"}},
+		{name: "comment mention from a member whose display name is trusted", fixture: "issue_comment__created", edit: func(m map[string]any) {
+			obj(m, "activity")["actor"] = map[string]any{"id": "u-mallory", "email": "mallory@example.com", "display_name": "alice"}
+		}, want: want{ignored: `actor "mallory@example.com" is not trusted`}},
 		{name: "the agent's own comment", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "activity")["actor"] = map[string]any{"id": planeAgent}
 			obj(m, "data")["actor"] = planeAgent
@@ -406,5 +522,111 @@ func TestMentions(t *testing.T) {
 		if got := Mentions(tt.text, "@agent"); got != tt.want {
 			t.Errorf("Mentions(%q) = %v, want %v", tt.text, got, tt.want)
 		}
+	}
+}
+
+// Typed trusted_actors entries are trusted each in its own system only;
+// an untyped e-mail is a Plane member's.
+func TestTypedTrustedActors(t *testing.T) {
+	const memberID = "0d5c8e3a-1f2b-4c6d-9e8f-7a6b5c4d3e2f"
+	reg, err := registry.Parse([]byte(`projects:
+  - key: widgets
+    gitea_repo: acme/widgets
+    plane_project: ` + planeProject + `
+    mention: "@agent-bot"
+    trusted_actors: ["gitea:bob", "plane:` + memberID + `", "plane:bob@example.com", carol@example.com]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comment := func(login, email string) func(map[string]any) {
+		return func(m map[string]any) {
+			obj(m, "comment", "user")["login"], obj(m, "comment", "user")["email"] = login, email
+			obj(m, "sender")["login"] = login
+		}
+	}
+	label := func(actor map[string]any) func(map[string]any) {
+		return func(m map[string]any) {
+			obj(m, "activity")["actor"] = actor
+			obj(m, "data")["updated_by"] = actor["id"]
+		}
+	}
+	const item = "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"
+	tests := []struct {
+		name, fixture string
+		edit          func(map[string]any)
+		want          want
+	}{
+		{"gitea:bob in Gitea", "gitea/issue_comment__created", comment("bob", ""), want{kind: proto.KindRespond, task: "issue-41"}},
+		{"gitea:bob is not a Plane member named bob", "plane/issue__updated_labels", label(map[string]any{"id": "bob", "display_name": "bob"}),
+			want{ignored: `actor "bob" is not trusted`}},
+		{"plane:<member id> in Plane", "plane/issue__updated_labels", label(map[string]any{"id": memberID, "email": "x@example.com"}),
+			want{kind: proto.KindImplement, task: item}},
+		{"plane:<member id> is not a Gitea login", "gitea/issue_comment__created", comment(memberID, ""),
+			want{ignored: "is not trusted"}},
+		{"plane:<email> in Plane", "plane/issue__updated_labels", label(map[string]any{"id": "u-9", "email": "bob@example.com"}),
+			want{kind: proto.KindImplement, task: item}},
+		{"plane:<email> is not a Gitea account's e-mail", "gitea/issue_comment__created", comment("mallory", "bob@example.com"),
+			want{ignored: `actor "mallory" is not trusted`}},
+		{"an untyped e-mail in Plane, by e-mail", "plane/issue__updated_labels", label(map[string]any{"id": "u-7", "email": "carol@example.com"}),
+			want{kind: proto.KindImplement, task: item}},
+		{"an untyped e-mail is not a Gitea account's e-mail", "gitea/issue_comment__created", comment("mallory", "carol@example.com"),
+			want{ignored: `actor "mallory" is not trusted`}},
+		{"untyped alice is not there", "gitea/issue_comment__created", comment("alice", "alice@example.com"),
+			want{ignored: `actor "alice" is not trusted`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body, h := fixture(t, tt.fixture)
+			body = testkit.EditJSON(t, body, tt.edit)
+			var d Decision
+			if strings.HasPrefix(tt.fixture, "gitea/") {
+				d, err = Gitea(reg, h[webhook.GiteaEventType], "d", body, now)
+			} else {
+				d, err = Plane(reg, h[webhook.PlaneEventHeader], "d", body, now)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, d, tt.want)
+		})
+	}
+}
+
+// A job records whose words it carries and whether the project trusts
+// them: a stranger's pull request is reviewed, its words marked as a
+// stranger's.
+func TestJobsRecordWhoseWordsTheyAre(t *testing.T) {
+	reg := testRegistry(t)
+	decide := func(fixtureName string, edit func(map[string]any)) proto.Job {
+		t.Helper()
+		body, h := fixture(t, "gitea/"+fixtureName)
+		d, err := Gitea(reg, h[webhook.GiteaEventType], "d", testkit.EditJSON(t, body, edit), now)
+		if err != nil || len(d.Jobs) != 1 {
+			t.Fatalf("%s: %+v, %v; want one job", fixtureName, d, err)
+		}
+		return d.Jobs[0]
+	}
+	stranger := decide("pull_request__opened", all(forkAgentBranch, by("mallory"), func(m map[string]any) {
+		obj(m, "pull_request", "user")["login"] = "mallory"
+	}))
+	if s, tk := stranger.Source, stranger.Task; s.Actor != "mallory" || s.Trusted || tk.Author != "mallory" || tk.AuthorTrusted {
+		t.Errorf("mallory's pull request: source %+v, author %q trusted %v; want mallory, untrusted", s, tk.Author, tk.AuthorTrusted)
+	}
+	fix := decide("pull_request_review_rejected__reviewed", agentBranch)
+	if s, tk := fix.Source, fix.Task; s.Actor != "bob" || !s.Trusted || tk.Author != "alice" || !tk.AuthorTrusted {
+		t.Errorf("bob's review of alice's pull request: source %+v, author %q trusted %v; want bob trusted, alice trusted", s, tk.Author, tk.AuthorTrusted)
+	}
+	respond := decide("issue_comment__created", nil)
+	if s, tk := respond.Source, respond.Task; !s.Trusted || tk.Author != "alice" || !tk.AuthorTrusted {
+		t.Errorf("alice's mention on her issue: source %+v, author %q trusted %v", s, tk.Author, tk.AuthorTrusted)
+	}
+	body, h := fixture(t, "plane/issue__updated_labels")
+	d, err := Plane(reg, h[webhook.PlaneEventHeader], "d", body, now)
+	if err != nil || len(d.Jobs) != 1 {
+		t.Fatalf("plane label: %+v, %v", d, err)
+	}
+	if s := d.Jobs[0].Source; s.Actor != "alice@example.com" || !s.Trusted {
+		t.Errorf("alice's label: source %+v, want alice@example.com, trusted", s)
 	}
 }

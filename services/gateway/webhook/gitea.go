@@ -40,6 +40,11 @@ type GiteaRepo struct {
 type GiteaBranch struct {
 	Ref string // ref
 	SHA string // sha
+	// RepoID and Repo name the repository the branch is in: for the head
+	// of a fork's pull request, the fork. Gitea sends repo null once that
+	// repository is deleted; older payloads may lack both.
+	RepoID int64     // repo_id
+	Repo   GiteaRepo // repo
 }
 
 // GiteaPullRequest is the pull_request object.
@@ -49,7 +54,10 @@ type GiteaPullRequest struct {
 	Body     string      // body
 	HTMLURL  string      // html_url
 	Head     GiteaBranch // head
+	Base     GiteaBranch // base
 	ClosedAt string      // closed_at
+	// User is the pull request's author, who wrote Title and Body.
+	User GiteaUser // user
 }
 
 // GiteaReview is the review of a pull_request_review_* delivery.
@@ -73,6 +81,8 @@ type GiteaIssue struct {
 	Title   string // title
 	Body    string // body
 	HTMLURL string // html_url
+	// User is the issue's author, who wrote Title and Body.
+	User GiteaUser // user
 	// IsPullRequest says the issue is a pull request: Gitea then sets its
 	// pull_request member (an object without branches).
 	IsPullRequest bool
@@ -114,6 +124,13 @@ type GiteaWorkflowRun struct {
 	HeadSHA      string // head_sha
 	HeadBranch   string // head_branch
 	Conclusion   string // conclusion
+	// Event is what started the run: push, pull_request,
+	// pull_request_target, ...
+	Event string // event
+	// HeadRepository is GitHub's member naming the repository of the
+	// head; Gitea (1.25, 1.26) does not send it, but a sender that does
+	// is believed.
+	HeadRepository GiteaRepo // head_repository
 }
 
 // GiteaWorkflowRunEvent is the body of workflow_run deliveries.
@@ -287,14 +304,26 @@ func (r *reader) pullRequest(key []byte, v *fastjson.Value, pr *GiteaPullRequest
 		case "closed_at":
 			r.str(k, v, &pr.ClosedAt)
 		case "head":
-			r.object(k, v, func(k []byte, v *fastjson.Value) {
-				switch string(k) {
-				case "ref":
-					r.str(k, v, &pr.Head.Ref)
-				case "sha":
-					r.str(k, v, &pr.Head.SHA)
-				}
-			})
+			r.branch(k, v, &pr.Head)
+		case "base":
+			r.branch(k, v, &pr.Base)
+		case "user":
+			r.user(k, v, &pr.User)
+		}
+	})
+}
+
+func (r *reader) branch(key []byte, v *fastjson.Value, b *GiteaBranch) {
+	r.object(key, v, func(k []byte, v *fastjson.Value) {
+		switch string(k) {
+		case "ref":
+			r.str(k, v, &b.Ref)
+		case "sha":
+			r.str(k, v, &b.SHA)
+		case "repo_id":
+			r.int64(k, v, &b.RepoID)
+		case "repo":
+			r.repo(k, v, &b.Repo)
 		}
 	})
 }
@@ -318,6 +347,8 @@ func (r *reader) issue(key []byte, v *fastjson.Value, is *GiteaIssue) {
 			r.str(k, v, &is.Body)
 		case "html_url":
 			r.str(k, v, &is.HTMLURL)
+		case "user":
+			r.user(k, v, &is.User)
 		case "pull_request":
 			switch v.Type() {
 			case fastjson.TypeNull:
@@ -367,6 +398,10 @@ func (r *reader) workflowRun(key []byte, v *fastjson.Value, run *GiteaWorkflowRu
 			r.str(k, v, &run.HeadBranch)
 		case "conclusion":
 			r.str(k, v, &run.Conclusion)
+		case "event":
+			r.str(k, v, &run.Event)
+		case "head_repository":
+			r.repo(k, v, &run.HeadRepository)
 		}
 	})
 }

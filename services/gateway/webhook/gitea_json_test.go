@@ -15,13 +15,18 @@ import (
 // TestParseGiteaDiffers pins the intended difference.
 type (
 	refUser   struct{ Login, Email string }
-	refBranch struct{ Ref, SHA string }
-	refPR     struct {
+	refBranch struct {
+		Ref, SHA string
+		RepoID   int64 `json:"repo_id"`
+		Repo     refRepo
+	}
+	refPR struct {
 		Number      int
 		Title, Body string
 		HTMLURL     string `json:"html_url"`
-		Head        refBranch
+		Head, Base  refBranch
 		ClosedAt    string `json:"closed_at"`
+		User        refUser
 	}
 	refRepo struct {
 		FullName string `json:"full_name"`
@@ -38,7 +43,8 @@ type (
 		Issue  *struct {
 			Number      int
 			Title, Body string
-			HTMLURL     string    `json:"html_url"`
+			HTMLURL     string `json:"html_url"`
+			User        refUser
 			PullRequest *struct{} `json:"pull_request"`
 		}
 		Comment *struct {
@@ -63,6 +69,8 @@ type (
 			HeadSHA      string `json:"head_sha"`
 			HeadBranch   string `json:"head_branch"`
 			Conclusion   string
+			Event        string
+			HeadRepo     refRepo `json:"head_repository"`
 		} `json:"workflow_run"`
 		Repository refRepo
 		Sender     refUser
@@ -74,7 +82,11 @@ func (p *refPR) conv() *GiteaPullRequest {
 		return nil
 	}
 	return &GiteaPullRequest{Number: p.Number, Title: p.Title, Body: p.Body, HTMLURL: p.HTMLURL,
-		Head: GiteaBranch(p.Head), ClosedAt: p.ClosedAt}
+		Head: p.Head.conv(), Base: p.Base.conv(), ClosedAt: p.ClosedAt, User: GiteaUser(p.User)}
+}
+
+func (b refBranch) conv() GiteaBranch {
+	return GiteaBranch{Ref: b.Ref, SHA: b.SHA, RepoID: b.RepoID, Repo: GiteaRepo(b.Repo)}
 }
 
 // refParse is ParseGitea as encoding/json reads it.
@@ -100,7 +112,7 @@ func refParse(eventType string, body []byte) (*GiteaEvent, error) {
 		ev.Comment = &GiteaCommentEvent{Action: r.Action, PullRequest: r.PullRequest.conv(), IsPull: r.IsPull,
 			Repository: GiteaRepo(r.Repository), Sender: GiteaUser(r.Sender),
 			Issue: &GiteaIssue{Number: r.Issue.Number, Title: r.Issue.Title, Body: r.Issue.Body,
-				HTMLURL: r.Issue.HTMLURL, IsPullRequest: r.Issue.PullRequest != nil},
+				HTMLURL: r.Issue.HTMLURL, User: GiteaUser(r.Issue.User), IsPullRequest: r.Issue.PullRequest != nil},
 			Comment: &GiteaComment{ID: r.Comment.ID, Body: r.Comment.Body, User: GiteaUser(r.Comment.User),
 				CreatedAt: r.Comment.CreatedAt}}
 	case "workflow_run":
@@ -108,8 +120,11 @@ func refParse(eventType string, body []byte) (*GiteaEvent, error) {
 		if err := json.Unmarshal(body, &r); err != nil || r.WorkflowRun == nil {
 			return nil, errors.New("bad")
 		}
+		w := r.WorkflowRun
 		ev.WorkflowRun = &GiteaWorkflowRunEvent{Action: r.Action, Repository: GiteaRepo(r.Repository),
-			Sender: GiteaUser(r.Sender), WorkflowRun: (*GiteaWorkflowRun)(r.WorkflowRun)}
+			Sender: GiteaUser(r.Sender), WorkflowRun: &GiteaWorkflowRun{ID: w.ID, HTMLURL: w.HTMLURL,
+				DisplayTitle: w.DisplayTitle, RunAttempt: w.RunAttempt, HeadSHA: w.HeadSHA, HeadBranch: w.HeadBranch,
+				Conclusion: w.Conclusion, Event: w.Event, HeadRepository: GiteaRepo(w.HeadRepo)}}
 		if r.Workflow != nil {
 			ev.WorkflowRun.Workflow = &GiteaWorkflow{Name: r.Workflow.Name}
 		}

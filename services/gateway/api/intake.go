@@ -100,12 +100,14 @@ func (l *WebhookLimits) acquire(ctx context.Context) (release func(), err error)
 func (l *WebhookLimits) readBody(w http.ResponseWriter, r *http.Request, limit int64) (*bytes.Buffer, error) {
 	l.init()
 	// The server's ReadTimeout bounds the whole request; this shortens it
-	// for the body, from the moment it has a slot.
-	if err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.BodyTimeout)); err != nil {
+	// for the body, from the moment it has a slot. A writer that cannot
+	// (none of the gateway's) leaves the server's bound.
+	err := http.NewResponseController(w).SetReadDeadline(time.Now().Add(l.BodyTimeout))
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return nil, err
 	}
 	buf := getBody()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		putBody(buf)
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -187,5 +188,185 @@ func TestNATSConfigsRefuseAnonymous(t *testing.T) {
 				t.Error("the runner's user deleted JOBS")
 			}
 		})
+	}
+}
+
+// TestDeploymentsLogInPerService: in compose, Kubernetes and systemd each
+// orch service logs in as its own NATS user, with a password that no
+// other service is given.
+func TestDeploymentsLogInPerService(t *testing.T) {
+	var all []deploymentEnv
+	all = append(all, composeEnvs(t)...)
+	all = append(all, kubernetesEnvs(t)...)
+	all = append(all, systemdEnvs(t)...)
+	owner := map[string]string{} // password source -> service
+	for _, d := range all {
+		kind := strings.SplitN(d.where, "/", 2)[0]
+		if got := d.env["ORCH_NATS_USER"]; got != d.service {
+			t.Errorf("%s: ORCH_NATS_USER=%q, want %q", d.where, got, d.service)
+		}
+		if d.env["ORCH_NATS_CREDS"] != "" || d.env["ORCH_NATS_NKEY_SEED_FILE"] != "" {
+			t.Errorf("%s: another NATS login beside the user", d.where)
+		}
+		var source string
+		switch file := d.env["ORCH_NATS_PASSWORD_FILE"]; {
+		case file != "":
+			f, ok := d.files[file]
+			if !ok || !f.secret || strings.TrimSpace(f.content) == "" {
+				t.Errorf("%s: ORCH_NATS_PASSWORD_FILE %s is no secret the deployment mounts", d.where, file)
+				continue
+			}
+			source = kind + " " + f.origin
+		case d.env["ORCH_NATS_PASSWORD"] != "":
+			// systemd: the service's own env file, which no other unit reads.
+			source = kind + " " + d.where
+		default:
+			t.Errorf("%s: no NATS password", d.where)
+			continue
+		}
+		if o, ok := owner[source]; ok && o != d.service {
+			t.Errorf("%s: the %s's NATS password (%s) is the %s's too", d.where, d.service, source, o)
+		}
+		owner[source] = d.service
+	}
+}
+
+// TestComposeNATSNodesHaveTheUsers: every node reads users.conf and the
+// four passwords.
+func TestComposeNATSNodesHaveTheUsers(t *testing.T) {
+	p := loadComposeExample(t)
+	for name, svc := range p.Services {
+		if !strings.HasPrefix(name, "nats-") {
+			continue
+		}
+		if !slices.ContainsFunc(svc.Volumes, func(v types.ServiceVolumeConfig) bool {
+			return v.Target == "/etc/nats/users.conf" && filepath.Base(v.Source) == "users.conf"
+		}) {
+			t.Errorf("%s does not mount deployments/nats/users.conf beside its config", name)
+		}
+		for _, u := range natsauth.Users() {
+			if v := svc.Environment[natsauth.PasswordVar(u)]; v == nil || *v == "" {
+				t.Errorf("%s: no %s", name, natsauth.PasswordVar(u))
+			}
+		}
+	}
+	// Without the passwords compose refuses to start.
+	env := filepath.Join(t.TempDir(), "no-nats.env")
+	data, err := os.ReadFile(filepath.Join(composeDir, ".env.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(l, "NATS_") || !strings.Contains(l, "_PASSWORD=") {
+			kept = append(kept, l)
+		}
+	}
+	if err := os.WriteFile(env, []byte(strings.Join(kept, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadCompose(t, env); err == nil || !strings.Contains(err.Error(), "_PASSWORD") {
+		t.Errorf("compose without NATS passwords: %v, want it refused", err)
+	}
+}
+
+// TestNATSHelmAuthorization: the NATS chart's values carry kit/natsauth's
+// users, each password from its own Secret.
+func TestNATSHelmAuthorization(t *testing.T) {
+	type subjects struct {
+		Allow []string `json:"allow"`
+	}
+	var v struct {
+		Config struct {
+			Merge struct {
+				Authorization struct {
+					Users []struct {
+						User        string `json:"user"`
+						Password    string `json:"password"`
+						Permissions struct {
+							Publish   subjects `json:"publish"`
+							Subscribe subjects `json:"subscribe"`
+						} `json:"permissions"`
+					} `json:"users"`
+				} `json:"authorization"`
+			} `json:"merge"`
+		} `json:"config"`
+		Container struct {
+			Env map[string]struct {
+				ValueFrom struct {
+					SecretKeyRef struct {
+						Name string `json:"name"`
+						Key  string `json:"key"`
+					} `json:"secretKeyRef"`
+				} `json:"valueFrom"`
+			} `json:"env"`
+		} `json:"container"`
+	}
+	readYAML(t, filepath.Join(k8sDir, "nats", "values.yaml"), &v)
+	o := loadK8s(t)
+	var names []string
+	for _, u := range v.Config.Merge.Authorization.Users {
+		names = append(names, u.User)
+		want := natsauth.For(u.User)
+		if !slices.Equal(u.Permissions.Publish.Allow, want.Publish) || !slices.Equal(u.Permissions.Subscribe.Allow, want.Subscribe) {
+			t.Errorf("values.yaml: user %s's permissions are not kit/natsauth's:\n publish %v\n want    %v", u.User, u.Permissions.Publish.Allow, want.Publish)
+		}
+		pv := natsauth.PasswordVar(u.User)
+		if u.Password != "<< $"+pv+" >>" {
+			t.Errorf("values.yaml: user %s's password %q, want << $%s >>", u.User, u.Password, pv)
+		}
+		ref := v.Container.Env[pv].ValueFrom.SecretKeyRef
+		if ref.Name != "orch-nats-"+u.User || ref.Key != "password" {
+			t.Errorf("values.yaml: %s from %+v, want Secret orch-nats-%s key password", pv, ref, u.User)
+		} else if s := o.secret(ref.Name); s == nil || s.StringData["password"] == "" {
+			t.Errorf("values.yaml: %s reads Secret %s, which deployments/k8s does not define", pv, ref.Name)
+		}
+	}
+	slices.Sort(names)
+	if want := slices.Sorted(slices.Values(natsauth.Users())); !slices.Equal(names, want) {
+		t.Errorf("values.yaml: users %v, want %v", names, want)
+	}
+}
+
+// TestSystemdServicesOwnUsers: each orch unit runs as its own user, reads
+// only its own env file beside the shared one, and the NATS server's unit
+// has the four passwords.
+func TestSystemdServicesOwnUsers(t *testing.T) {
+	users := map[string]string{}
+	readers := map[string][]string{}
+	for _, u := range loadUnits(t) {
+		name := filepath.Base(u.path)
+		for _, f := range u.values("Service", "EnvironmentFile") {
+			readers[f] = append(readers[f], name)
+		}
+		svc := orchUnitService(u.path)
+		if svc == "" {
+			continue
+		}
+		user := u.value("Service", "User")
+		if user != "orch-"+svc || u.value("Service", "Group") != user {
+			t.Errorf("%s: User=%s Group=%s, want orch-%s for both", name, user, u.value("Service", "Group"), svc)
+		}
+		if o, ok := users[user]; ok {
+			t.Errorf("%s and %s run as the same user %s", name, o, user)
+		}
+		users[user] = name
+	}
+	for f, units := range readers {
+		if f != "/etc/orch/orch.env" && len(units) > 1 {
+			t.Errorf("%s is read by %v: a service's env file is its own", f, units)
+		}
+	}
+	vars, err := readEnvFile(filepath.Join(systemdDir, "env", "nats.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range natsauth.Users() {
+		if vars[natsauth.PasswordVar(u)] == "" {
+			t.Errorf("env/nats.env: no %s", natsauth.PasswordVar(u))
+		}
+	}
+	if got := readers["/etc/orch/nats.env"]; !slices.Equal(got, []string{"nats-server.service"}) {
+		t.Errorf("/etc/orch/nats.env is read by %v, want nats-server.service alone", got)
 	}
 }

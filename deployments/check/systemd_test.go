@@ -22,7 +22,7 @@ var systemdDirectives = map[string][]string{
 	"Unit":    {"Description", "Documentation", "Wants", "Requires", "After", "Before", "PartOf"},
 	"Install": {"WantedBy", "RequiredBy", "Also"},
 	"Service": {
-		"Type", "User", "Group", "EnvironmentFile", "Environment", "ExecStart", "ExecReload", "Restart", "RestartSec",
+		"Type", "User", "Group", "SupplementaryGroups", "EnvironmentFile", "Environment", "ExecStart", "ExecReload", "Restart", "RestartSec",
 		"TimeoutStopSec", "KillMode", "KillSignal", "LimitNOFILE",
 		"StateDirectory", "StateDirectoryMode", "ReadWritePaths", "UMask",
 		"NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices",

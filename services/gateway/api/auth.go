@@ -61,3 +61,17 @@ func tokenOK(r *http.Request, token string) bool {
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) == 1
 }
+
+// loginLinkPath starts the path of a dashboard login link, whose last part
+// is the link's secret.
+const loginLinkPath = "/ui/login/"
+
+// loggedPath is a request's path as the access log shows it: a login
+// link's secret is left out, since until the link is used it logs a
+// browser in.
+func loggedPath(path string) string {
+	if strings.HasPrefix(path, loginLinkPath) && len(path) > len(loginLinkPath) {
+		return loginLinkPath + "[secret]"
+	}
+	return path
+}

@@ -75,7 +75,7 @@ func (s *Server) withRequestID(next http.Handler) http.Handler {
 		if sw.code >= 500 {
 			lvl = log.Warn
 		}
-		lvl("http request", zap.String("method", r.Method), zap.String("path", r.URL.Path),
+		lvl("http request", zap.String("method", r.Method), zap.String("path", loggedPath(r.URL.Path)),
 			zap.Int("status", sw.code), zap.Duration("took", time.Since(start)))
 	})
 }

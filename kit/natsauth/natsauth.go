@@ -63,8 +63,15 @@ func For(user string) Permissions {
 	if !ok {
 		return Permissions{}
 	}
+	return Compile(user, gs...)
+}
+
+// Compile is the permissions of grants for user: what they allow to
+// publish, sorted, and user's inbox to subscribe to. For compiles the
+// table; tests compile a line they try out.
+func Compile(user string, grants ...Grant) Permissions {
 	var p Permissions
-	for _, g := range gs {
+	for _, g := range grants {
 		p.Publish = append(p.Publish, g.publish...)
 	}
 	slices.Sort(p.Publish)
@@ -162,12 +169,13 @@ func Bucket(name string, a Access) Grant {
 }
 
 // ObjectStore grants access to the object store name (stream OBJ_<name>,
-// subjects $O.<name>.>): Write puts and deletes objects, Read and Get
+// subjects $O.<name>.>): Write puts and deletes objects (a put or delete
+// purges the object's old chunks, so it purges that stream), Read and Get
 // read them.
 func ObjectStore(name string, a Access) Grant {
 	g := Stream("OBJ_"+name, a&^Write)
 	if a&Write != 0 {
-		g.publish = append(g.publish, "$O."+name+".>")
+		g.publish = append(g.publish, "$O."+name+".>", api("STREAM.PURGE.%s", "OBJ_"+name))
 	}
 	g.What = fmt.Sprintf("object store %s: %s", name, a)
 	return g

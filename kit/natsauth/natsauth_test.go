@@ -3,10 +3,12 @@ package natsauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -91,6 +93,20 @@ func (c *client) call(t *testing.T, what string, op func(context.Context) error)
 // violation naming subject.
 func (c *client) denied(t *testing.T, subject string, op func(context.Context) error) {
 	t.Helper()
+	c.refused(t, `"`+subject+`"`, op)
+}
+
+// deniedPrefix is denied for a violation on a subject starting with prefix.
+func (c *client) deniedPrefix(t *testing.T, prefix string, op func(context.Context) error) {
+	t.Helper()
+	c.refused(t, `"`+prefix, op)
+}
+
+// refused runs op, which the server must refuse with a permission
+// violation whose text holds quoted.
+func (c *client) refused(t *testing.T, quoted string, op func(context.Context) error) {
+	t.Helper()
+	subject := quoted
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -98,7 +114,7 @@ func (c *client) denied(t *testing.T, subject string, op func(context.Context) e
 	for {
 		select {
 		case err := <-c.errs:
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), quoted) {
 				cancel()
 				<-done
 				return
@@ -111,7 +127,7 @@ func (c *client) denied(t *testing.T, subject string, op func(context.Context) e
 			// the violation that says why.
 			select {
 			case e := <-c.errs:
-				if errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), `"`+subject+`"`) {
+				if errors.Is(e, nats.ErrPermissionViolation) && strings.Contains(e.Error(), quoted) {
 					return
 				}
 				t.Fatalf("%s: %v, then %v; want a permission violation", subject, err, e)
@@ -423,5 +439,64 @@ func TestServicesCannotOverreach(t *testing.T) {
 				return ctx.Err()
 			})
 		}
+	})
+}
+
+// An object store is one grant: its owner puts, reads, replaces and
+// deletes objects; a reader reads them and cannot write.
+func TestObjectStoreGrant(t *testing.T) {
+	const store = "state_test"
+	info := natsauth.Publish("$JS.API.INFO", "account info")
+	perms := map[string]natsauth.Permissions{
+		natsauth.Runner:  natsauth.Compile(natsauth.Runner, info, natsauth.ObjectStore(store, natsauth.Own)),
+		natsauth.Gateway: natsauth.Compile(natsauth.Gateway, info, natsauth.ObjectStore(store, natsauth.Info|natsauth.Get|natsauth.Read)),
+	}
+	var users []*natsserver.User
+	for name, p := range perms {
+		users = append(users, &natsserver.User{Username: name, Password: "pw-" + name, Permissions: &natsserver.Permissions{
+			Publish: &natsserver.SubjectPermission{Allow: p.Publish}, Subscribe: &natsserver.SubjectPermission{Allow: p.Subscribe}}})
+	}
+	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir(), Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	rn, gw := login(t, s, natsauth.Runner), login(t, s, natsauth.Gateway)
+	rn.call(t, "runner writes", func(ctx context.Context) error {
+		obs, err := rn.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: store})
+		if err != nil {
+			return err
+		}
+		for range 2 { // the second put replaces the first
+			if _, err := obs.PutBytes(ctx, "acme.t1", []byte("bundle")); err != nil {
+				return err
+			}
+		}
+		if _, err := obs.GetBytes(ctx, "acme.t1"); err != nil {
+			return err
+		}
+		if _, err := obs.PutBytes(ctx, "acme.t2", []byte("x")); err != nil {
+			return err
+		}
+		return obs.Delete(ctx, "acme.t2")
+	})
+	gw.call(t, "gateway reads", func(ctx context.Context) error {
+		obs, err := gw.js.ObjectStore(ctx, store)
+		if err != nil {
+			return err
+		}
+		b, err := obs.GetBytes(ctx, "acme.t1")
+		if err == nil && string(b) != "bundle" {
+			err = fmt.Errorf("read %q", b)
+		}
+		return err
+	})
+	gw.deniedPrefix(t, "$O."+store+".C.", func(ctx context.Context) error {
+		obs, err := gw.js.ObjectStore(ctx, store)
+		if err != nil {
+			return err
+		}
+		_, err = obs.PutBytes(ctx, "acme.t3", []byte("forged"))
+		return err
 	})
 }

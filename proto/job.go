@@ -75,6 +75,12 @@ type Task struct {
 	// be the item's readable identifier instead, which Plane's API does
 	// not take.
 	PlaneItem string `json:"plane_item,omitempty"`
+	// FromFork says a pull request's head is not in the repository
+	// itself: a fork's, or one the payload does not place. Branch is then
+	// only the fork's name for its branch, which the repository may have a
+	// branch of its own by (even agent/<task>): the head is the pull
+	// request's refs/pull/<PR>/head, never origin/<Branch>.
+	FromFork bool `json:"from_fork,omitempty"`
 	// Author is who wrote Title and Body, where the trigger knows it: a
 	// pull request's or issue's author (a Gitea login), a work item's
 	// creator (a Plane member id). Title and Body are that person's

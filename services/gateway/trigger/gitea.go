@@ -194,7 +194,8 @@ func (g giteaCtx) prTask(pr *webhook.GiteaPullRequest, repo string) proto.Task {
 	if !ok {
 		id = fmt.Sprintf("pr-%d", pr.Number)
 	}
-	return g.withAuthor(proto.Task{ID: id, Title: pr.Title, Body: pr.Body, URL: pr.HTMLURL, Branch: pr.Head.Ref, PR: pr.Number, HeadSHA: pr.Head.SHA}, pr.User.Login)
+	return g.withAuthor(proto.Task{ID: id, Title: pr.Title, Body: pr.Body, URL: pr.HTMLURL, Branch: pr.Head.Ref, PR: pr.Number, HeadSHA: pr.Head.SHA,
+		FromFork: !headInBase(pr, repo)}, pr.User.Login)
 }
 
 // withAuthor records who wrote the task's title and body, and whether

@@ -613,7 +613,16 @@ func TestJobsRecordWhoseWordsTheyAre(t *testing.T) {
 	if s, tk := stranger.Source, stranger.Task; s.Actor != "mallory" || s.Trusted || tk.Author != "mallory" || tk.AuthorTrusted {
 		t.Errorf("mallory's pull request: source %+v, author %q trusted %v; want mallory, untrusted", s, tk.Author, tk.AuthorTrusted)
 	}
+	if !stranger.Task.FromFork {
+		t.Errorf("the fork's pull request: task %+v, want from_fork", stranger.Task)
+	}
 	fix := decide("pull_request_review_rejected__reviewed", agentBranch)
+	if fix.Task.FromFork {
+		t.Errorf("orch's pull request: task %+v, want not from_fork", fix.Task)
+	}
+	if j := decide("pull_request__opened", all(agentBranch, noHeadRepo)); !j.Task.FromFork || j.Task.ID != "pr-42" {
+		t.Errorf("a pull request the payload does not place: task %+v, want pr-42 from_fork", j.Task)
+	}
 	if s, tk := fix.Source, fix.Task; s.Actor != "bob" || !s.Trusted || tk.Author != "alice" || !tk.AuthorTrusted {
 		t.Errorf("bob's review of alice's pull request: source %+v, author %q trusted %v; want bob trusted, alice trusted", s, tk.Author, tk.AuthorTrusted)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,7 +28,7 @@ const usersConfHeader = `# orch's NATS users: one per service, each allowed only
 # JetStream API calls it uses, and admin for operators (docs/deploy.md,
 # "NATS users and what each may do"). Generated from kit/natsauth, the one
 # place these permissions are written: change them there, then
-#   cd deployments/check && go test -run TestNATSUsersConf -update-nats-users
+#   cd deployments/check && go test -run 'TestNATSUsersConf|TestNATSHelmUsersGenerated' -update-nats-users
 # Every shipped server config includes this file. The passwords come from
 # the server's environment: NATS_GATEWAY_PASSWORD, NATS_RUNNER_PASSWORD,
 # NATS_NOTIFIER_PASSWORD and NATS_ADMIN_PASSWORD.
@@ -48,7 +49,57 @@ func TestNATSUsersConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Errorf("%s is not kit/natsauth's table; regenerate it:\n  cd deployments/check && go test -run TestNATSUsersConf -update-nats-users", path)
+		t.Errorf("%s is not kit/natsauth's table; regenerate it:\n  cd deployments/check && go test -run 'TestNATSUsersConf|TestNATSHelmUsersGenerated' -update-nats-users", path)
+	}
+}
+
+// helmAuthorization renders the table as the NATS chart's
+// config.merge.authorization, each password the server's environment
+// variable (<< $VAR >>: the chart writes it unquoted).
+func helmAuthorization() string {
+	var b strings.Builder
+	b.WriteString("    authorization:\n      users:\n")
+	for _, u := range natsauth.Users() {
+		p := natsauth.For(u)
+		fmt.Fprintf(&b, "        - user: %s\n          password: << $%s >>\n          permissions:\n", u, natsauth.PasswordVar(u))
+		for _, l := range []struct {
+			kind     string
+			subjects []string
+		}{{"publish", p.Publish}, {"subscribe", p.Subscribe}} {
+			fmt.Fprintf(&b, "            %s:\n              allow:\n", l.kind)
+			for _, s := range l.subjects {
+				fmt.Fprintf(&b, "                - %q\n", s)
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestNATSHelmUsersGenerated: the users in the NATS chart's values are
+// kit/natsauth's table, between the markers that -update-nats-users
+// rewrites.
+func TestNATSHelmUsersGenerated(t *testing.T) {
+	path := filepath.Join(k8sDir, "nats", "values.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "    # BEGIN kit/natsauth: generated, see deployments/nats/users.conf\n", "    # END kit/natsauth\n"
+	s := string(data)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s: no %q ... %q block", path, strings.TrimSpace(begin), strings.TrimSpace(end))
+	}
+	want := helmAuthorization()
+	if *updateUsers {
+		s = s[:i+len(begin)] + want + s[j:]
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		i, j = strings.Index(s, begin), strings.Index(s, end)
+	}
+	if got := s[i+len(begin) : j]; got != want {
+		t.Errorf("%s: the users are not kit/natsauth's table; regenerate them:\n  cd deployments/check && go test -run 'TestNATSUsersConf|TestNATSHelmUsersGenerated' -update-nats-users", path)
 	}
 }
 

@@ -24,7 +24,7 @@ const clockSkew = time.Second
 // is enough; a retry fetches anew.
 func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) (workspace.Checkout, error) {
 	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch, Sparse: p.SparseCheckout}
-	want := workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR}
+	want := workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR, Fork: job.Task.FromFork}
 	if attempt == 1 && !job.CreatedAt.IsZero() {
 		want.Since = job.CreatedAt.Add(clockSkew)
 	}

@@ -25,6 +25,11 @@ type Want struct {
 	// a fork), the pull request's head is fetched from Gitea's
 	// refs/pull/<PR>/head instead.
 	PR int
+	// Fork says the pull request's head is not in origin (the gateway
+	// knows from the payload, proto.Task.FromFork): HeadBranch is only the
+	// fork's name for its branch, which origin may have a branch of its
+	// own by, so the head is always fetched from refs/pull/<PR>/head.
+	Fork bool
 	// Since is when the job's event happened: a fetch of the clone that
 	// started later has seen the remote the job is about. Zero asks for a
 	// fetch that starts now.
@@ -118,15 +123,17 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	defer rs.mu.Unlock()
 	branch := want.branch(ctx, gitDir)
 	var notes []string
-	// A head branch that origin does not have is a fork's: the job runs
-	// at the pull request's head as Gitea keeps it, on the task's own
-	// branch, since nothing the agent pushes can reach the fork.
+	// A fork's head branch (as the gateway says, or one that origin does
+	// not have): the job runs at the pull request's head as Gitea keeps
+	// it, on the task's own branch, since nothing the agent pushes can
+	// reach the fork. A fork's branch may share its name with one of
+	// origin's (main, an agent's branch): that one is never used.
 	var pullHead string
-	if want.PR > 0 && branch == want.HeadBranch && !refExists(ctx, gitDir, "refs/remotes/origin/"+branch) {
+	if want.PR > 0 && (want.Fork || branch == want.HeadBranch && !refExists(ctx, gitDir, "refs/remotes/origin/"+branch)) {
 		var note string
 		pullHead, note = fetchPull(ctx, gitDir, want)
 		notes = append(notes, note)
-		if pullHead != "" {
+		if pullHead != "" || want.Fork {
 			branch = Branch(want.Task)
 		}
 	}
@@ -197,7 +204,7 @@ func fetchPull(ctx context.Context, gitDir string, want Want) (head, note string
 			want.HeadBranch, src, lastLine(err))
 	}
 	head = resolve(ctx, gitDir, pullRef(want.PR))
-	return head, fmt.Sprintf("The pull request comes from a fork: its head branch `%s` is not on origin. The worktree holds the pull request's head as origin keeps it (`%s`, `%s`) on the branch `%s`, which tracks nothing. You cannot push to the fork: no push of yours updates this pull request.",
+	return head, fmt.Sprintf("The pull request comes from a fork: its head branch `%s` is the fork's, not origin's. The worktree holds the pull request's head as origin keeps it (`%s`, `%s`) on the branch `%s`, which tracks nothing. You cannot push to the fork: no push of yours updates this pull request.",
 		want.HeadBranch, src, short(head), Branch(want.Task))
 }
 

@@ -89,3 +89,25 @@ func TestForkPullRequestWithoutRef(t *testing.T) {
 		t.Fatalf("missing pull ref: %+v, want at main %s with a note", co, main)
 	}
 }
+
+// A fork's pull request whose branch has the name of a branch origin has
+// (its main, or orch's own agent/<task>): the gateway says it is a fork's,
+// and the job runs at the fork's head on the task's own branch, never on
+// origin's branch of that name.
+func TestForkPullRequestNamedLikeOriginsBranch(t *testing.T) {
+	for i, name := range []string{"main", "agent/wid-41"} {
+		t.Run(name, func(t *testing.T) {
+			o, _ := newOrigin(t)
+			gitOut(t, o.author, "push", "-q", "origin", "main:refs/heads/agent/wid-41")
+			n := 20 + i
+			gitOut(t, o.author, "checkout", "-q", "-b", "fork-work", "main")
+			head := o.forkPush(n, "fork.txt", "mallory\n")
+			ws, repo := o.setup()
+			task := "pr-" + strconv.Itoa(n)
+			co := prepare(t, ws, repo, workspace.Want{Task: task, HeadBranch: name, HeadSHA: head, PR: n, Fork: true})
+			if co.Head != head || co.Branch != "agent/"+task || co.Upstream != "" {
+				t.Fatalf("fork PR on %q: %+v, want at the fork's head %s on agent/%s with no upstream", name, co, head, task)
+			}
+		})
+	}
+}

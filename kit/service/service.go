@@ -246,10 +246,10 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 			log.Warn("nats error", fields...)
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
-			// Closed by the server: a login refused or expired. A
-			// deliberate Close leaves the last error (a permission
-			// violation, say) that is no reason.
-			if err := nc.LastError(); err != nil && !errors.Is(err, nats.ErrPermissionViolation) {
+			// Closed by the server for a login refused or expired (twice
+			// over: nats.go gives up then). A deliberate Close may leave
+			// another last error, which is no reason.
+			if err := nc.LastError(); isAuthError(err) {
 				log.Error("nats connection closed", zap.Error(err))
 				closed(fmt.Errorf("nats connection closed: %w", err))
 			}
@@ -279,6 +279,16 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 		return nil, nil, nil, err
 	}
 	return nc, js, kv, nil
+}
+
+// isAuthError reports whether err is the server refusing a login.
+func isAuthError(err error) bool {
+	for _, e := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Retry runs step, a start-up call to JetStream, until it succeeds or ctx

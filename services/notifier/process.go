@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/logread"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/joblog"
 	"github.com/orch-dev/orch/services/notifier/alert"
 	"github.com/orch-dev/orch/services/notifier/telegram"
 )
@@ -232,7 +232,7 @@ func (n *Notifier) render(ctx context.Context, log *zap.Logger, f *failure, st *
 func (n *Notifier) logTail(ctx context.Context, log *zap.Logger, st *proto.Status) string {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	tail, err := joblog.Tail(ctx, n.js, st.Job.ID, st.Attempt, alert.LogTailBytes)
+	tail, err := logread.Tail(ctx, n.js, st.Job.ID, st.Attempt, alert.LogTailBytes)
 	if err != nil {
 		log.Warn("reading the log tail from the stream", zap.Error(err))
 	}

@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/logread"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/proto/joblog"
 )
 
 // HeaderAttempt names the attempt a GET /jobs/{id}/log answer shows.
@@ -65,13 +65,13 @@ func (s *Server) jobLog(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_ = rc.Flush()
 	}
-	opts := joblog.ReadOptions{
+	opts := logread.ReadOptions{
 		Raw: raw, Follow: follow,
 		Ended: func(ctx context.Context) bool { return s.attemptEnded(ctx, b.status, id, attempt) },
 		Flush: func() { _ = rc.Flush() },
 	}
 	cw := &countingWriter{w: w}
-	err := joblog.Copy(r.Context(), b.js, id, attempt, cw, opts)
+	err := logread.Copy(r.Context(), b.js, id, attempt, cw, opts)
 	if err != nil && r.Context().Err() == nil {
 		logFrom(r).Warn("reading job log", zap.String("job", id), zap.Int("attempt", attempt), zap.Error(err))
 		if !follow && cw.n == 0 {
@@ -119,7 +119,7 @@ func (s *Server) OpenLog(ctx context.Context, st *proto.Status, n int, follow bo
 	if b == nil {
 		return nil, errors.New("log stream unavailable: not connected to NATS yet")
 	}
-	if has, err := joblog.HasOutput(ctx, b.js, st.Job.ID, n); err != nil || (!has && !follow) {
+	if has, err := logread.HasOutput(ctx, b.js, st.Job.ID, n); err != nil || (!has && !follow) {
 		return nil, cmp.Or(err, errNoOutput)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -127,9 +127,9 @@ func (s *Server) OpenLog(ctx context.Context, st *proto.Status, n int, follow bo
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		opts := joblog.ReadOptions{Follow: follow,
+		opts := logread.ReadOptions{Follow: follow,
 			Ended: func(ctx context.Context) bool { return s.attemptEnded(ctx, b.status, st.Job.ID, n) }}
-		pw.CloseWithError(joblog.Copy(ctx, b.js, st.Job.ID, n, pw, opts))
+		pw.CloseWithError(logread.Copy(ctx, b.js, st.Job.ID, n, pw, opts))
 	}()
 	return &pipeLog{PipeReader: pr, stop: func() { cancel(); _ = pr.Close(); <-done }}, nil
 }

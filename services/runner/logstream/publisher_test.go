@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/logread"
 	"github.com/orch-dev/orch/kit/natstest"
-	"github.com/orch-dev/orch/proto/joblog"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 
@@ -21,7 +21,7 @@ import (
 func readLog(t *testing.T, ctx context.Context, p *Publisher, cfg Config) string {
 	t.Helper()
 	var buf bytes.Buffer
-	if err := joblog.Copy(ctx, cfg.JS, cfg.JobID, cfg.Attempt, &buf, joblog.ReadOptions{}); err != nil {
+	if err := logread.Copy(ctx, cfg.JS, cfg.JobID, cfg.Attempt, &buf, logread.ReadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()
@@ -261,7 +261,7 @@ func TestViewsOfAMixedBatch(t *testing.T) {
 		want string
 	}{{false, string(want)}, {true, raw}} {
 		var buf bytes.Buffer
-		if err := joblog.Copy(ctx, js, cfg.JobID, cfg.Attempt, &buf, joblog.ReadOptions{Raw: view.raw}); err != nil {
+		if err := logread.Copy(ctx, js, cfg.JobID, cfg.Attempt, &buf, logread.ReadOptions{Raw: view.raw}); err != nil {
 			t.Fatal(err)
 		}
 		if buf.String() != view.want {

@@ -60,7 +60,7 @@ type Project struct {
 	// relative to the registry file.
 	Templates map[string]string `yaml:"templates"`
 	// AgentPermissions is what Claude Code may do unattended; nil means
-	// the defaults per kind (DefaultPermissions). See Permissions.
+	// the runner's default of each kind. See Permissions.
 	AgentPermissions *AgentPermissions `yaml:"agent_permissions"`
 	// GitAuthor is the name and email of the agent's commits; nil leaves
 	// the identity to the runner's environment and git configuration.
@@ -166,6 +166,9 @@ func Parse(data []byte) (*Registry, error) {
 		if err := p.parseTrusted(); err != nil {
 			return nil, fmt.Errorf("line %d: project %q: %w", entryLine(&nodes.Projects[i], "trusted_actors", err.index), p.Key, err)
 		}
+		if err := p.AgentPermissions.check(); err != nil {
+			return nil, fmt.Errorf("line %d: project %q: %w", permLine(&nodes.Projects[i], err.kind), p.Key, err)
+		}
 		if err := r.add(p); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
@@ -182,9 +185,6 @@ func (r *Registry) add(p *Project) error {
 	}
 	if p.GiteaRepo == "" && p.PlaneProject == "" {
 		return fmt.Errorf("project %q: needs gitea_repo or plane_project", p.Key)
-	}
-	if err := p.AgentPermissions.check(); err != nil {
-		return fmt.Errorf("project %q: agent_permissions: %w", p.Key, err)
 	}
 	if a := p.GitAuthor; a != nil && (a.Name == "" || a.Email == "") {
 		return fmt.Errorf("project %q: git_author needs both name and email", p.Key)

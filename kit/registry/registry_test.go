@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/orch-dev/orch/proto"
 )
 
 func TestParse(t *testing.T) {
@@ -92,8 +94,9 @@ func TestWriteback(t *testing.T) {
 	}
 }
 
-// agent_permissions resolves per kind: the kind's own setting, else the
-// project's setting for every kind, else the default of the kind.
+// agent_permissions decodes into a setting for every kind and settings
+// per kind, keyed by proto.Kind; which setting a job gets, and the
+// defaults, are the runner's (services/runner/agent).
 func TestAgentPermissions(t *testing.T) {
 	r, err := Parse([]byte(`projects:
   - key: custom
@@ -112,36 +115,32 @@ func TestAgentPermissions(t *testing.T) {
 	}
 	custom, _ := r.ByKey("custom")
 	plain, _ := r.ByKey("plain")
-	tests := []struct {
-		p    *Project
-		kind string
-		want Permissions
-	}{
-		{custom, "review", Permissions{AllowedTools: []string{"Read", "Grep"}, DisallowedTools: []string{"Bash"}}},
-		{custom, "fix", Permissions{Mode: "acceptEdits", AllowedTools: []string{"Bash(go test:*)", "Read"}}},
-		{plain, "review", DefaultPermissions["review"]},
-		{plain, "implement", DefaultPermissions["implement"]},
+	want := &AgentPermissions{
+		Permissions: Permissions{Mode: "acceptEdits", AllowedTools: []string{"Bash(go test:*)", "Read"}},
+		Kinds: map[proto.Kind]Permissions{
+			proto.KindReview: {AllowedTools: []string{"Read", "Grep"}, DisallowedTools: []string{"Bash"}},
+		},
 	}
-	for _, tt := range tests {
-		if got := tt.p.Permissions(tt.kind); !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("%s %s: got %+v, want %+v", tt.p.Key, tt.kind, got, tt.want)
-		}
+	if !reflect.DeepEqual(custom.AgentPermissions, want) {
+		t.Errorf("agent_permissions = %+v, want %+v", custom.AgentPermissions, want)
+	}
+	if plain.AgentPermissions != nil {
+		t.Errorf("a project without agent_permissions has %+v", plain.AgentPermissions)
+	}
+	if !(Permissions{}).Empty() || want.Permissions.Empty() || (Permissions{DisallowedTools: []string{"Bash"}}).Empty() {
+		t.Error("Empty does not say whether a setting sets anything")
 	}
 	if a := custom.GitAuthor; a == nil || a.Name != "orch bot" || a.Email != "bot@example.com" || plain.GitAuthor != nil {
 		t.Errorf("git_author = %+v, %+v", custom.GitAuthor, plain.GitAuthor)
-	}
-	// Every kind an agent runs has a default that lets it work unattended.
-	for _, kind := range []string{"implement", "review", "fix", "respond"} {
-		if p := plain.Permissions(kind); p.Mode == "" || len(p.AllowedTools) == 0 {
-			t.Errorf("no default permissions for %s: %+v", kind, p)
-		}
 	}
 }
 
 func TestAgentPermissionsErrorsNameTheLine(t *testing.T) {
 	checkParseErrors(t, []parseError{
-		{"bad mode", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {mode: yolo}\n", `line 2: project "a": agent_permissions: mode "yolo"`},
-		{"bad kind", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {kinds: {deploy: {mode: plan}}}\n", "line 2"},
+		{"bad mode", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {mode: yolo}\n", `line 4: project "a": agent_permissions: mode "yolo"`},
+		{"bad kind", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions:\n      kinds:\n        review: {mode: plan}\n        deploy: {mode: plan}\n", `line 7: project "a": agent_permissions: kinds: "deploy" is not a kind an agent runs: want one of [implement review fix respond]`},
+		{"cleanup is no agent's", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {kinds: {cleanup: {mode: plan}}}\n", `line 4: project "a": agent_permissions: kinds: "cleanup" is not`},
+		{"empty tool of a kind", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions:\n      kinds:\n        fix: {allowed_tools: [\"\"]}\n", `line 6: project "a": agent_permissions: kinds: fix: empty tool name`},
 		{"misspelt key", "projects:\n  - key: a\n    gitea_repo: x/y\n    agent_permissions: {allowed_tool: [Bash]}\n", "line 4"},
 		{"author without email", "projects:\n  - key: a\n    gitea_repo: x/y\n    git_author: {name: bot}\n", "line 2: project \"a\": git_author"},
 	})

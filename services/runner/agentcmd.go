@@ -27,7 +27,7 @@ func (r *Runner) agentCommand(p *registry.Project, kind proto.Kind) (argv, env [
 		argv = p.AgentCommand
 	}
 	if agent.IsClaude(argv) {
-		perm := p.Permissions(string(kind))
+		perm := agent.Permissions(p.AgentPermissions, kind)
 		argv = agent.WithPermissions(argv, perm.Mode, perm.AllowedTools, perm.DisallowedTools)
 		if _, set := os.LookupEnv(agent.ClaudeMaxRetriesEnv); !set {
 			env = append(env, agent.ClaudeMaxRetriesEnv+"="+strconv.Itoa(agent.ClaudeMaxRetriesDefault))
@@ -73,7 +73,7 @@ func (r *Runner) checkClaude(log *zap.Logger, reg *registry.Registry) {
 			continue
 		}
 		for _, kind := range []string{"implement", "review", "fix", "respond"} {
-			if p.Permissions(kind).Mode == "bypassPermissions" {
+			if agent.Permissions(p.AgentPermissions, proto.Kind(kind)).Mode == "bypassPermissions" {
 				log.Warn("running as root: Claude Code refuses mode bypassPermissions as root; run the runner as a non-root user",
 					zap.String("kind", kind))
 			}

@@ -123,16 +123,17 @@ type Notifier struct {
 	metrics *metrics
 }
 
-// hooks let tests watch and break a running notifier.
+// hooks let tests watch a running notifier; Run sets none. A hook only
+// observes: what the notifier does next does not depend on it.
 type hooks struct {
 	// started is called once the notifier consumes advisories.
 	started func(*Notifier)
 	// ackWait replaces the consumer's AckWait.
 	ackWait time.Duration
-	// crashAfterAlert, when it returns true, makes the notifier stop
-	// handling the advisory right after the alert marker is written,
-	// leaving it unacked as a process killed there would.
-	crashAfterAlert func() bool
+	// alerted is called once an alert's marker is written, before the
+	// job leaves JOBS and the advisory is acked: the narrowest window of
+	// the package comment, where a test kills the notifier.
+	alerted func(*Notifier)
 }
 
 // Run handles advisories until ctx is cancelled.
@@ -237,8 +238,6 @@ func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 		log = log.With(zap.String("job", res.job))
 	}
 	switch {
-	case res.crashed:
-		log.Warn("test hook: crashing before the ack")
 	case res.err != nil && ctx.Err() != nil:
 		// Shutting down before anything was sent: hand it back at once
 		// to another replica or the next start.

@@ -39,8 +39,6 @@ type result struct {
 	// is set, else after the backoff.
 	err     error
 	retryIn time.Duration
-	// crashed is set by hooks.crashAfterAlert: leave the advisory as it is.
-	crashed bool
 }
 
 // failure is one job that failed for good, as the notifier found it.
@@ -139,8 +137,8 @@ func (n *Notifier) process(ctx context.Context, log *zap.Logger, adv *proto.Advi
 		if res.sentAt, res.retryIn, err = n.alert(ctx, op, log, f, st); err != nil {
 			return result{job: job.ID, err: err, retryIn: res.retryIn}
 		}
-		if n.hooks.crashAfterAlert != nil && n.hooks.crashAfterAlert() {
-			return result{job: job.ID, crashed: true}
+		if n.hooks.alerted != nil {
+			n.hooks.alerted(n)
 		}
 	}
 

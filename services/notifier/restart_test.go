@@ -70,9 +70,17 @@ func TestCrashAfterTelegramAccepted(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var crashed atomic.Bool
-		first := b.start(b.config(), hooks{ackWait: 2 * time.Second, crashAfterAlert: func() bool {
-			return !crashed.Swap(true)
+		var first *running
+		assigned := make(chan struct{})
+		first = b.start(b.config(), hooks{ackWait: 2 * time.Second, alerted: func(n *Notifier) {
+			<-assigned
+			// Killed: its connection ends and it does nothing more, so
+			// the job stays in JOBS and the advisory unacked.
+			n.js.Conn().Close()
+			first.cancel()
+			crashed.Store(true)
 		}})
+		close(assigned)
 		job := b.queue("one", "Killed")
 		b.run(map[string]action{job.ID: actFail})
 		natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {

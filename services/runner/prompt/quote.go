@@ -15,7 +15,7 @@ import (
 // the task can run commands. Each such text sits in a block that opens
 // with a line
 //
-//	<<<ORCH-DATA-<16 hex> begin: <what>, from <system>, event by <actor>>>>
+//	<<<ORCH-DATA-<16 hex> begin: <what>, written by <whom> on <system>, <trusted or not>>>>
 //
 // and closes with the line
 //
@@ -57,7 +57,7 @@ func chooseMarker(d Data) string {
 // foreign lists the texts of d that orch did not write.
 func (d Data) foreign() []string {
 	j := d.Job
-	texts := []string{j.ID, j.Task.Title, j.Task.Body, j.Trigger, j.Task.URL, j.Task.Branch,
+	texts := []string{j.ID, j.Task.Title, j.Task.Body, j.Trigger, j.Task.URL, j.Task.Branch, j.Task.Author,
 		j.Source.System, j.Source.Event, j.Source.Actor, d.Branch, d.Upstream, d.Head, d.Dir}
 	return append(texts, d.Notes...)
 }
@@ -76,21 +76,21 @@ func containsAny(texts []string, s string) bool {
 func (d Data) Marker() string { return d.marker }
 
 // Quote returns text in a block of the task's marker, labelled with what
-// it is and where it came from; an empty text is said to be empty, in no
-// block. It fails for a text that holds the marker, which only a
-// template quoting a text that is not the job's can give it.
-func (d Data) Quote(what, text string) (string, error) {
+// it is and whose words it is (Author, Actor); an empty text is said to be
+// empty, in no block. It fails for a text that holds the marker, which
+// only a template quoting a text that is not the job's can give it.
+func (d Data) Quote(what, text, whose string) (string, error) {
 	if d.marker == "" {
 		return "", fmt.Errorf("quoting %s: no marker (Data not given to Render)", what)
 	}
-	if strings.Contains(text, d.marker) || strings.Contains(what, d.marker) {
+	if strings.Contains(text, d.marker) || strings.Contains(what+whose, d.marker) {
 		return "", fmt.Errorf("quoting %s: the text holds the task's marker", what)
 	}
 	if strings.TrimSpace(text) == "" {
 		return "(" + oneLine(what) + ": empty)", nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "<<<%s begin: %s, %s>>>\n", d.marker, oneLine(what), d.From())
+	fmt.Fprintf(&b, "<<<%s begin: %s, %s>>>\n", d.marker, oneLine(what), oneLine(whose))
 	b.WriteString(text)
 	if !strings.HasSuffix(text, "\n") {
 		b.WriteByte('\n')
@@ -99,15 +99,35 @@ func (d Data) Quote(what, text string) (string, error) {
 	return b.String(), nil
 }
 
-// From says where the job's words came from: the system and the actor of
-// the event that made the job.
-func (d Data) From() string {
+// Author says whose words the task's title and body are: their author's,
+// and whether the project trusts them.
+func (d Data) Author() string {
+	t := d.Job.Task
+	return d.person("written by", t.Author, t.AuthorTrusted)
+}
+
+// Actor says whose words the text that triggered the job is: the actor of
+// the event, and whether the project trusts them.
+func (d Data) Actor() string {
 	src := d.Job.Source
-	from := "from " + cmpOr(oneLine(src.System), "an unknown system")
-	if a := actorName(src.Actor); a != "" {
-		from += ", event by " + a
+	return d.person("from", src.Actor, src.Trusted)
+}
+
+// person names someone as a block's label does: by name and the system
+// the name is of, trusted or not; an unknown person is not trusted.
+func (d Data) person(verb, name string, trusted bool) string {
+	name = actorName(name)
+	if name == "" {
+		return verb + " someone unknown, not a trusted actor"
 	}
-	return from
+	s := verb + " " + name
+	if sys := d.Job.Source.System; sys == "gitea" || sys == "plane" {
+		s += " on " + sys
+	}
+	if trusted {
+		return s + ", a trusted actor"
+	}
+	return s + ", not a trusted actor"
 }
 
 // Item names what the task is about: a pull request, an issue or a work
@@ -193,11 +213,4 @@ func actorName(a string) string {
 		n++
 	}
 	return b.String()
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

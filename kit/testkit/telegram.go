@@ -1,6 +1,3 @@
-// Package testkit holds what the tests of every module share: a fake
-// Telegram Bot API and wait helpers. (The fake Gitea and Plane APIs are in
-// package trackertest, a real JetStream in natstest.)
 package testkit
 
 import (

@@ -14,9 +14,14 @@
 //
 // The files follow a job: config.go (settings), runner.go (start-up),
 // reload.go (the registry on SIGHUP), intake.go (pulling jobs and the
-// shutdown), delivery.go (one delivery: checks, lock, agent), lease.go
-// and lock.go, cancel.go (the cancel watch), settle.go (recording the
-// outcome, ack or nak), pipeline.go (the next kind) and backoff.go.
+// shutdown), delivery.go (one delivery: checks, lock, agent), checkout.go
+// (the worktree at the job's head), agentcmd.go (the agent's argv and
+// environment, Claude Code's permissions), output.go (running the agent
+// while its output goes to JOBS_LOGS), secrets.go (the agent's words
+// scrubbed before the record keeps them), lease.go and lock.go, cancel.go
+// (the cancel watch), settle.go (recording the outcome, ack or nak),
+// pipeline.go (the next kind), backoff.go (the waits between tries) and
+// metrics.go.
 package runner
 
 import (

@@ -1,5 +1,12 @@
-// Package notifier turns JetStream's terminal-failure advisories for JOBS
-// into one Telegram alert each, and moves the failed job to JOBS_DLQ.
+// Package notifier tells people how jobs went, in two parts. It turns
+// JetStream's terminal-failure advisories for JOBS into one Telegram alert
+// each, and moves the failed job to JOBS_DLQ (notifier.go and process.go).
+// And it writes back to the tracker a job came from (writeback.go, package
+// writeback): one tracking comment per job on the Gitea pull request or
+// Plane work item, edited in place as the job runs, and a Gitea commit
+// status, from a watch of the status bucket (KV jobs).
+//
+// # Alerts
 //
 // Advisories arrive only through the stream JOBS_ADVISORIES and its
 // durable consumer "notifier", so none is lost while no notifier runs. The
@@ -131,8 +138,9 @@ type hooks struct {
 	// ackWait replaces the consumer's AckWait.
 	ackWait time.Duration
 	// alerted is called once an alert's marker is written, before the
-	// job leaves JOBS and the advisory is acked: the narrowest window of
-	// the package comment, where a test kills the notifier.
+	// job leaves JOBS and the advisory is acked: a test kills the
+	// notifier there to show that the marker keeps the alert from being
+	// sent again.
 	alerted func(*Notifier)
 }
 

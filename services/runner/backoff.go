@@ -17,5 +17,10 @@ func retry(ctx context.Context, f func() error) error {
 // capped at max, with up to 20% jitter either way so that jobs that failed
 // together do not retry together.
 func RetryDelay(base, maxDelay time.Duration, attempt int) time.Duration {
-	return backoff.Jittered(backoff.Doubling(base, maxDelay, attempt-1), maxDelay, 0.2)
+	return spread(backoff.Doubling(base, maxDelay, attempt-1), maxDelay)
+}
+
+// spread is d with up to 20% jitter either way, never past maxDelay.
+func spread(d, maxDelay time.Duration) time.Duration {
+	return backoff.Jittered(d, maxDelay, 0.2)
 }

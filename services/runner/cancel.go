@@ -2,16 +2,13 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/backoff"
-	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/services/runner/agent"
 )
 
 // watchCancel watches the job's record and stops the job with
@@ -49,14 +46,5 @@ func (r *Runner) watchCancel(ctx context.Context, log *zap.Logger, jobID string,
 			stop(errCancelled)
 			return
 		}
-	}
-}
-
-// recordCancelled adds how the stopped attempt ended to a cancelled
-// record; the state stays cancelled.
-func (r *Runner) recordCancelled(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, res agent.Result) {
-	_, err := r.status.Apply(ctx, job, status.Stopped(attempt, r.cfg.Name, res.ExitCode, time.Now().UTC()))
-	if err != nil && !errors.Is(err, status.ErrNotCancelled) && !errors.Is(err, status.ErrSuperseded) {
-		log.Warn("recording cancelled job", zap.Error(err))
 	}
 }

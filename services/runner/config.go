@@ -50,7 +50,8 @@ type Config struct {
 	Name string `env:"RUNNER_NAME"`
 	// KillGrace is how long an agent's process group has between SIGTERM
 	// and SIGKILL when it is stopped (watchdog, cancel, shutdown, lost
-	// lease); 0 means agent.KillGraceDefault.
+	// lease); 0 sends SIGKILL right after SIGTERM. The task lock's
+	// staleness (lock.go) counts the same value.
 	KillGrace time.Duration `env:"AGENT_KILL_GRACE" envDefault:"5s"`
 	// HTTPAddr is where /healthz, /readyz and /metrics are served. A
 	// Config built in Go with it empty serves nothing, so that several
@@ -64,7 +65,7 @@ type Config struct {
 	LogLocal *bool `env:"LOG_LOCAL" envDefault:"true"`
 	// LogBuffer bounds the agent output a runner holds while JetStream
 	// does not take it; what does not fit is dropped, and the log says
-	// so (logstream.BufferBytesDefault).
+	// so. It must be above 0.
 	LogBuffer service.ByteSize `env:"LOG_BUFFER" envDefault:"8MiB"`
 }
 
@@ -89,6 +90,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, errors.New("ORCH_ACK_WAIT must be at least 1s"))
+	}
+	if c.KillGrace < 0 {
+		errs = append(errs, errors.New("ORCH_AGENT_KILL_GRACE must not be negative"))
+	}
+	if c.LogBuffer < 1 {
+		errs = append(errs, errors.New("ORCH_LOG_BUFFER must be above 0: it bounds the agent output a runner holds while JetStream does not take it"))
 	}
 	if _, err := agent.SplitArgs(c.AgentCommand); err != nil {
 		errs = append(errs, fmt.Errorf("ORCH_AGENT_COMMAND: %w", err))

@@ -21,19 +21,6 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
-// The causes that end a job other than its agent's own exit.
-var (
-	// errShutdown: the runner is shutting down; the job is handed back.
-	errShutdown = errors.New("runner shutting down")
-	// errCancelled: the job's record turned cancelled.
-	errCancelled = errors.New(proto.ReasonCancelled)
-	// errSuperseded: the record shows a later delivery of the job, which
-	// went to another runner while this one was cut off.
-	errSuperseded = errors.New("job superseded by a later delivery")
-	// errAlreadyDone: the record says done; a success was redelivered.
-	errAlreadyDone = errors.New("job already done")
-)
-
 // handle runs one delivery of a job and settles its message.
 func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
@@ -60,7 +47,12 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	}
 	if err != nil {
-		r.terminate(ctx, log, msg, job, attempt, err)
+		if job == nil || job.ID == "" {
+			// Nothing to key a record on: name it by its stream sequence.
+			job = &proto.Job{ID: proto.UndecodableJobID(meta.Sequence.Stream), Kind: "unknown", Project: "unknown"}
+		}
+		job.Task.ID = cmp.Or(job.Task.ID, "unknown")
+		r.settle(ctx, log, msg, job, nil, attempt, outcome{end: cannotRun, exitCode: -1, err: err})
 		return
 	}
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
@@ -72,12 +64,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		rec = record{st, rev}
 		switch st.State {
 		case proto.StateCancelled:
-			log.Info("job was cancelled before it ran: skipping")
-			_ = msg.TermWithReason(proto.ReasonCancelled)
-			r.metrics.settled(job, outcome{}, outcomeCancelled)
+			r.settle(ctx, log, msg, job, p, attempt, outcome{end: cancelledBeforeRun})
 			return
 		case proto.StateDone:
-			r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{Err: errAlreadyDone}})
+			r.settle(ctx, log, msg, job, p, attempt, outcome{end: alreadyDone})
 			return
 		}
 	}
@@ -108,7 +98,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 	l, err := r.acquireLock(jobCtx, log, job, attempt)
 	if err != nil {
-		r.settle(ctx, log, msg, job, p, attempt, outcome{res: agent.Result{ExitCode: -1, Err: err}})
+		r.settle(ctx, log, msg, job, p, attempt, unprepared(err))
 		return
 	}
 	lock.Store(l)
@@ -116,16 +106,6 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
 	out.began = began
 	r.settle(ctx, log, msg, job, p, attempt, out)
-}
-
-// outcome is how one attempt ended.
-type outcome struct {
-	res agent.Result
-	// claude is Claude Code's result object, when the agent printed one.
-	claude *agent.ClaudeResult
-	log    string
-	// began is when the attempt started running, once it did.
-	began time.Time
 }
 
 // record is a job's status record as read, and its revision; a nil st
@@ -165,11 +145,11 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	preparing.Wait()
 	switch {
 	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateCancelled:
-		return outcome{res: agent.Result{ExitCode: -1, Err: errCancelled}}
+		return outcome{end: cancelled, exitCode: -1}
 	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateDone:
-		return outcome{res: agent.Result{Err: errAlreadyDone}}
+		return outcome{end: alreadyDone}
 	case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrSuperseded):
-		return outcome{res: agent.Result{ExitCode: -1, Err: errSuperseded}}
+		return outcome{end: superseded, exitCode: -1}
 	case err != nil:
 		// Status is bookkeeping: a KV hiccup does not stop the job.
 		log.Warn("recording running state", zap.Error(err))
@@ -179,12 +159,19 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if job.Kind == proto.KindCleanup {
 		log.Info("removing the task's worktree")
 		if err := r.ws.Remove(ctx, job.Project, job.Task.ID, job.Task.PR); err != nil {
-			return outcome{res: agent.Result{ExitCode: -1, Err: err}}
+			return outcome{end: ranToEnd, exitCode: -1, err: err}
 		}
-		return outcome{}
+		return outcome{end: ranToEnd}
 	}
 
-	fail := func(err error) outcome { return outcome{res: agent.Result{ExitCode: -1, Err: err}, log: logPath} }
+	// A preparation the runner stopped (cancel, shutdown, lost lease)
+	// ends as that stop, not as a failure of the job's.
+	fail := func(err error) outcome {
+		if cause := context.Cause(ctx); cause != nil {
+			err = cause
+		}
+		return unprepared(err)
+	}
 	if coErr != nil {
 		return fail(fmt.Errorf("preparing worktree: %w", coErr))
 	}
@@ -207,36 +194,19 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
 	}
 	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
-	out := outcome{res: r.runAgent(ctx, log, job, attempt, spec), log: logPath}
-	if c, err := agent.ParseClaudeResultFile(logPath); err != nil {
+	res, err := r.runAgent(ctx, log, job, attempt, spec)
+	if err != nil {
+		return fail(err)
+	}
+	c, err := agent.ParseClaudeResultFile(logPath)
+	switch {
+	case err != nil:
 		log.Warn("reading agent result", zap.Error(err))
-	} else if c != nil {
-		out.claude = c
-		out.res = c.Judge(out.res)
-	} else if agent.IsClaude(argv) {
-		out.res = agent.JudgeWithoutResult(out.res, logPath)
+	case c != nil:
+		res = c.Judge(res)
+	case agent.IsClaude(argv):
+		res = agent.JudgeWithoutResult(res, logPath)
 	}
 	r.dropLocalLog(log, logPath)
-	return out
-}
-
-// terminate ends a job that can never run. Term removes it from the
-// WorkQueue stream at once, so what is known of it goes to KV first: the
-// notifier reads it from there.
-func (r *Runner) terminate(ctx context.Context, log *zap.Logger, msg jetstream.Msg, job *proto.Job, attempt int, cause error) {
-	log.Error("terminating job that cannot run", zap.Error(cause))
-	if job == nil || job.ID == "" {
-		// Nothing to key a record on: name it by its stream sequence.
-		meta, _ := msg.Metadata()
-		job = &proto.Job{ID: "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10), Kind: "unknown", Project: "unknown"}
-	}
-	job.Task.ID = cmp.Or(job.Task.ID, "unknown")
-	_, err := r.status.Apply(ctx, job, status.Reject(attempt, r.cfg.MaxAttempts, r.cfg.Name, cause.Error(), time.Now().UTC()))
-	if err != nil {
-		log.Error("recording terminated job", zap.Error(err))
-	}
-	if err := msg.TermWithReason(proto.TermReason(job.ID, cause.Error())); err != nil {
-		log.Error("terminating message", zap.Error(err))
-	}
-	r.metrics.settled(job, outcome{}, outcomeFailed)
+	return ended(res, c)
 }

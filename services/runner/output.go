@@ -26,15 +26,18 @@ const LogDrainTimeout = 10 * time.Second
 // its progress recorded, then publishes the rest of its output. The
 // runner drains the agent's output pipe into its log file, which the
 // publisher follows, so an outage never holds the agent up (packages
-// agent and logstream).
-func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec) agent.Result {
+// agent and logstream). The error is the publisher's: no agent ran.
+func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec) (agent.Result, error) {
 	// A file left by an earlier run on this host would be read as this
 	// attempt's output before the agent's run truncates it.
 	_ = os.Remove(spec.LogPath)
-	pub := logstream.Start(logstream.Config{
+	pub, err := logstream.Start(logstream.Config{
 		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt, Path: spec.LogPath,
 		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer),
 	})
+	if err != nil {
+		return agent.Result{}, err
+	}
 	spec.Drained = pub.Wake
 	progCtx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
 	progDone := make(chan struct{})
@@ -64,7 +67,7 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	default:
 		log.Debug("agent output published", fields...)
 	}
-	return res
+	return res, nil
 }
 
 // recordProgress writes the publisher's progress into the job's record

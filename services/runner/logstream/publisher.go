@@ -49,7 +49,6 @@ const (
 	BatchBytesDefault     = 128 << 10
 	FlushIntervalDefault  = 300 * time.Millisecond
 	PollIntervalDefault   = 100 * time.Millisecond
-	BufferBytesDefault    = 8 << 20
 	PublishTimeoutDefault = 2 * time.Second
 	// MaxPayloadDefault is nats-server's default max payload, used when
 	// the connection does not say.
@@ -81,8 +80,9 @@ type Config struct {
 	// PollInterval is how often the file is checked for output when Wake
 	// is not called. Default PollIntervalDefault.
 	PollInterval time.Duration
-	// BufferBytes bounds the output waiting for JetStream. Default
-	// BufferBytesDefault.
+	// BufferBytes bounds the output waiting for JetStream; it must be
+	// above 0 (the runner's ORCH_LOG_BUFFER, whose default is its
+	// configuration's).
 	BufferBytes int
 	// PublishTimeout bounds one publish. Default PublishTimeoutDefault.
 	PublishTimeout time.Duration
@@ -144,13 +144,15 @@ type outMsg struct {
 	id   string
 }
 
-// Start starts following cfg.Path.
-func Start(cfg Config) *Publisher {
+// Start starts following cfg.Path. It refuses a Config without a buffer.
+func Start(cfg Config) (*Publisher, error) {
+	if cfg.BufferBytes < 1 {
+		return nil, fmt.Errorf("logstream: a buffer of %d bytes holds no output", cfg.BufferBytes)
+	}
 	cfg.MaxPayload = cmp.Or(cfg.MaxPayload, MaxPayloadDefault)
 	cfg.BatchBytes = min(cmp.Or(cfg.BatchBytes, BatchBytesDefault), int(cfg.MaxPayload)-headerRoom)
 	cfg.FlushInterval = cmp.Or(cfg.FlushInterval, FlushIntervalDefault)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
-	cfg.BufferBytes = cmp.Or(cfg.BufferBytes, BufferBytesDefault)
 	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, PublishTimeoutDefault)
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -162,7 +164,7 @@ func Start(cfg Config) *Publisher {
 		r: NewRenderer(),
 	}
 	go p.run()
-	return p
+	return p, nil
 }
 
 // Progress returns what the output said so far, and when the agent last

@@ -43,7 +43,7 @@ echo "phase3 end"
 `, dir)
 	logPath := filepath.Join(dir, "agent.log")
 	cfg := Config{JS: js, JobID: "restart", Attempt: 1, Path: logPath, BufferBytes: 16 << 10, PublishTimeout: 500 * time.Millisecond}
-	p := Start(cfg)
+	p := mustStart(t, cfg)
 	ctx := context.Background()
 	done := make(chan agent.Result, 1)
 	go func() {
@@ -131,7 +131,7 @@ func TestFastAgentLosesNothing(t *testing.T) {
 	// Batches of 4 KiB and a buffer of 128 KiB: far less than the
 	// agent prints while the first messages are stored.
 	cfg := Config{JS: js, JobID: "fast", Attempt: 1, Path: logPath, BatchBytes: 4 << 10, BufferBytes: 128 << 10}
-	p := Start(cfg)
+	p := mustStart(t, cfg)
 	res := agent.Run(context.Background(), agent.Spec{Argv: []string{"sh", "-c", `seq 1 200000`}, Dir: dir, Env: os.Environ(), LogPath: logPath, Drained: p.Wake, Timeout: time.Minute})
 	if res.Err != nil {
 		t.Fatal(res.Err)
@@ -208,7 +208,7 @@ func benchAgentOutput(b *testing.B, benchAgent string) {
 		run(&plain, os.DevNull, nil)
 		run(&file, filepath.Join(dir, fmt.Sprintf("file-%d.log", i)), nil)
 		path := filepath.Join(dir, fmt.Sprintf("%d.log", i))
-		p := Start(Config{JS: js, JobID: "bench", Attempt: i + 1, Path: path, MaxPayload: nc.MaxPayload()})
+		p := mustStart(b, Config{JS: js, JobID: "bench", Attempt: i + 1, Path: path, MaxPayload: nc.MaxPayload(), BufferBytes: 8 << 20})
 		run(&orch, path, p.Wake)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if st := p.Close(ctx); !st.Ended || st.DroppedBytes > 0 {
@@ -243,11 +243,11 @@ func TestViewsOfAMixedBatch(t *testing.T) {
 	for line := range strings.Lines(raw) {
 		want = r.Line(want, []byte(strings.TrimSuffix(line, "\n")))
 	}
-	cfg := Config{JS: js, JobID: "mixed", Attempt: 1, Path: filepath.Join(t.TempDir(), "agent.log")}
+	cfg := Config{JS: js, JobID: "mixed", Attempt: 1, Path: filepath.Join(t.TempDir(), "agent.log"), BufferBytes: 8 << 20}
 	if err := os.WriteFile(cfg.Path, []byte(raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := Start(cfg)
+	p := mustStart(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if st := p.Close(ctx); !st.Ended || st.Messages != 3 {
@@ -267,5 +267,24 @@ func TestViewsOfAMixedBatch(t *testing.T) {
 		if buf.String() != view.want {
 			t.Errorf("raw=%v view:\n%s\nwant:\n%s", view.raw, buf.String(), view.want)
 		}
+	}
+}
+
+// mustStart is Start, failing the test on its error.
+func mustStart(tb testing.TB, cfg Config) *Publisher {
+	tb.Helper()
+	p, err := Start(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// A publisher without a buffer would drop every line: Start refuses it
+// rather than choose a size of its own.
+func TestStartRefusesNoBuffer(t *testing.T) {
+	if p, err := Start(Config{JobID: "none", Attempt: 1, Path: filepath.Join(t.TempDir(), "agent.log")}); err == nil {
+		p.Close(context.Background())
+		t.Fatal("Start with BufferBytes 0 succeeded")
 	}
 }

@@ -5,7 +5,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,10 +20,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// KillGraceDefault is how long the agent's group has between SIGTERM and
-// SIGKILL.
-const KillGraceDefault = 5 * time.Second
 
 // ErrTimeout is the error of an agent stopped by the watchdog.
 var ErrTimeout = errors.New("timeout")
@@ -48,8 +43,9 @@ type Spec struct {
 	Drained func()
 	// Timeout is the watchdog; zero means none.
 	Timeout time.Duration
-	// KillGrace is the time between SIGTERM and SIGKILL to the group.
-	// Zero means KillGraceDefault.
+	// KillGrace is the time between SIGTERM and SIGKILL to the group;
+	// zero sends SIGKILL right after SIGTERM. The runner counts the same
+	// value in its task lock's staleness, so there is no default here.
 	KillGrace time.Duration
 }
 
@@ -128,7 +124,7 @@ func run(ctx context.Context, s Spec) Result {
 		out, outR = w, r
 	}
 
-	grace := cmp.Or(s.KillGrace, KillGraceDefault)
+	grace := max(s.KillGrace, 0)
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       append([]string{supervisorName}, s.Argv...),

@@ -1,4 +1,5 @@
 // Package check verifies the deployment files (compose, Kubernetes,
-// systemd, NATS configs) and runs orch against a real three-node JetStream
-// cluster.
+// systemd, NATS configs) and the README against the tree (its
+// configuration table, its layout), and runs orch against a real
+// three-node JetStream cluster.
 package check

@@ -232,7 +232,7 @@ func Cancel() Transition {
 		case st.State.Terminal():
 			return ErrTerminal
 		}
-		st.State, st.Error = proto.StateCancelled, "cancelled"
+		st.State, st.Error = proto.StateCancelled, proto.ReasonCancelled
 		return nil
 	}}
 }

@@ -22,10 +22,7 @@ import (
 // project's git identity, so that its commits do not fail for the want of
 // one.
 func (r *Runner) agentCommand(p *registry.Project, kind proto.Kind) (argv, env []string) {
-	argv = r.argv
-	if len(p.AgentCommand) > 0 {
-		argv = p.AgentCommand
-	}
+	argv = r.commandOf(p)
 	if agent.IsClaude(argv) {
 		perm := agent.Permissions(p.AgentPermissions, kind)
 		argv = agent.WithPermissions(argv, perm.Mode, perm.AllowedTools, perm.DisallowedTools)
@@ -39,6 +36,15 @@ func (r *Runner) agentCommand(p *registry.Project, kind proto.Kind) (argv, env [
 			"GIT_COMMITTER_NAME="+a.Name, "GIT_COMMITTER_EMAIL="+a.Email)
 	}
 	return argv, env
+}
+
+// commandOf is the agent command of p's jobs: the project's own, else
+// the runner's ORCH_AGENT_COMMAND.
+func (r *Runner) commandOf(p *registry.Project) []string {
+	if len(p.AgentCommand) > 0 {
+		return p.AgentCommand
+	}
+	return r.argv
 }
 
 // checkClaude warns at start about settings under which Claude Code cannot
@@ -57,15 +63,12 @@ func (r *Runner) checkClaude(log *zap.Logger, reg *registry.Registry) {
 	span := agent.ClaudeRetrySpan(retries, apiTimeout)
 	root := os.Geteuid() == 0
 	for _, p := range reg.Projects() {
-		argv := r.argv
-		if len(p.AgentCommand) > 0 {
-			argv = p.AgentCommand
-		}
-		if !agent.IsClaude(argv) {
+		if !agent.IsClaude(r.commandOf(p)) {
 			continue
 		}
 		log := log.With(zap.String("project", p.Key))
-		if timeout := cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout); timeout <= span {
+		// A timeout of 0 is no watchdog: nothing stops Claude Code early.
+		if timeout := cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout); timeout > 0 && timeout <= span {
 			log.Warn("the agent timeout is not above Claude Code's own API retries: an API outage ends in the watchdog instead of Claude Code's error; lower CLAUDE_CODE_MAX_RETRIES or API_TIMEOUT_MS, or raise the timeout",
 				zap.Duration("agent_timeout", timeout), zap.Duration("claude_retry_span", span), zap.Int("claude_max_retries", retries))
 		}

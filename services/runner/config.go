@@ -31,7 +31,8 @@ type Config struct {
 	// AgentCommand is the agent's argv, split as a shell would but never
 	// run by one: Claude Code in print mode.
 	AgentCommand string `env:"AGENT_COMMAND" envDefault:"claude -p --output-format stream-json --verbose"`
-	// AgentTimeout is the watchdog.
+	// AgentTimeout is the watchdog; 0 is none. A project's agent_timeout
+	// overrides it.
 	AgentTimeout time.Duration `env:"AGENT_TIMEOUT" envDefault:"60m"`
 	// AgentEnv names more variables of the runner's environment to pass
 	// to the agent, besides agent.EnvAllowDefault.

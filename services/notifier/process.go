@@ -191,16 +191,20 @@ func (n *Notifier) failure(ctx context.Context, adv *proto.Advisory) (*failure, 
 		return nil, fmt.Errorf("reading job at %s seq %d: %w", proto.StreamJobs, adv.StreamSeq, err)
 	}
 	job, err := proto.DecodeJob(raw.Data)
-	if job == nil || job.ID == "" {
+	undecodable := job == nil || job.ID == ""
+	if undecodable {
 		// Undecodable, yet it reached MaxDeliver: alert anyway, named by
-		// its subject and sequence.
-		job = &proto.Job{ID: seqID(adv.StreamSeq)}
+		// its sequence as the runner names it, and by its subject.
+		job = &proto.Job{ID: proto.UndecodableJobID(adv.StreamSeq)}
 		if parts := strings.Split(raw.Subject, "."); len(parts) == 3 {
 			job.Project, job.Kind = parts[1], proto.Kind(parts[2])
 		}
 		f.reason += fmt.Sprintf(" (undecodable job: %v)", err)
 	}
 	st, _, err := n.status.Get(ctx, job.ID)
+	if errors.Is(err, status.ErrNotFound) && undecodable {
+		st, _, err = n.status.Get(ctx, legacyUndecodableID(adv.StreamSeq))
+	}
 	if errors.Is(err, status.ErrNotFound) {
 		st, err = &proto.Status{Job: *job, State: proto.StateQueued}, nil
 	}
@@ -211,8 +215,11 @@ func (n *Notifier) failure(ctx context.Context, adv *proto.Advisory) (*failure, 
 	return f, nil
 }
 
-// seqID names a job that has no id of its own by its JOBS sequence.
-func seqID(seq uint64) string { return "jobs-seq-" + strconv.FormatUint(seq, 10) }
+// legacyUndecodableID is the name notifiers before
+// proto.UndecodableJobID gave an undecodable job's record. A record one of
+// them left (it dead-lettered or alerted, and stopped before the job left
+// JOBS) is read by it, so the job is not dead-lettered or alerted twice.
+func legacyUndecodableID(seq uint64) string { return "jobs-seq-" + strconv.FormatUint(seq, 10) }
 
 // render is the alert text of f.
 func (n *Notifier) render(ctx context.Context, log *zap.Logger, f *failure, st *proto.Status) string {

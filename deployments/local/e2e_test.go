@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/orch-dev/orch/kit/natsauth"
@@ -37,6 +39,9 @@ type system struct {
 	notifier string // the notifier's
 	runsDir  string
 	telegram *testkit.Telegram
+	// js is an admin's view of the server, for what no service's API
+	// shows, such as a consumer's acks.
+	js jetstream.JetStream
 }
 
 // startSystem runs an embedded JetStream server and the three services in
@@ -95,7 +100,40 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 	for _, u := range []string{sys.url, sys.runner, sys.notifier} {
 		testkit.Ready(t, nil, u, 20*time.Second)
 	}
+	admin := login(natsauth.Admin, service.Common{})
+	nc, err := nats.Connect(srv.URL(), nats.UserInfo(admin.NATSUser, string(admin.NATSPassword)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if sys.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
 	return sys
+}
+
+// waitAdvisoriesAcked waits until the notifier has acked every advisory
+// in JOBS_ADVISORIES: once it has, none of them is handled again, so no
+// alert of theirs can still arrive.
+func (s *system) waitAdvisoriesAcked(t *testing.T) {
+	t.Helper()
+	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		stream, err := s.js.Stream(t.Context(), proto.StreamAdvisories)
+		if err != nil {
+			return err
+		}
+		last := stream.CachedInfo().State.LastSeq
+		cons, err := stream.Consumer(t.Context(), proto.ConsumerNotifier)
+		if err != nil {
+			return err
+		}
+		ci := cons.CachedInfo()
+		if last == 0 || ci.AckFloor.Stream < last || ci.NumAckPending != 0 || ci.NumPending != 0 {
+			return fmt.Errorf("advisories up to seq %d, acked up to %d, %d pending, %d unacked",
+				last, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending)
+		}
+		return nil
+	})
 }
 
 // postPR sends the pull request fixture, changed by edit, signed, and
@@ -235,8 +273,9 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("alert lacks %q:\n%s", want, msg)
 			}
 		}
-		// Nothing more arrives later.
-		time.Sleep(500 * time.Millisecond)
+		// Nothing more arrives later: the advisory is acked, so it is
+		// never handled again.
+		sys.waitAdvisoriesAcked(t)
 		if n := len(sys.telegram.Messages()); n != 1 {
 			t.Errorf("%d telegram messages, want exactly 1: %+v", n, sys.telegram.Messages())
 		}

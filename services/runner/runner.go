@@ -19,9 +19,10 @@
 // environment, Claude Code's permissions), output.go (running the agent
 // while its output goes to JOBS_LOGS), secrets.go (the agent's words
 // scrubbed before the record keeps them), lease.go and lock.go, cancel.go
-// (the cancel watch), settle.go (recording the outcome, ack or nak),
-// pipeline.go (the next kind), backoff.go (the waits between tries) and
-// metrics.go.
+// (the cancel watch), decide.go (what an outcome means: the verdict, pure
+// and table-tested), settle.go (applying the verdict: the record, ack or
+// nak), pipeline.go (the next kind), backoff.go (the waits between tries)
+// and metrics.go.
 package runner
 
 import (

@@ -39,6 +39,9 @@ type flight struct {
 	// running it ended. It says nothing about the remote, so the other
 	// jobs that joined it ask again.
 	abandoned bool
+	// joined counts the callers that joined the flight while it was
+	// pending, under the fetcher's mutex: what a test waits for.
+	joined int
 }
 
 // fetch returns the result of a call of do that started after since,
@@ -95,6 +98,7 @@ func (f *fetcher) join() (fl *flight, lead bool) {
 	if f.pending == nil {
 		f.pending = &flight{done: make(chan struct{})}
 	}
+	f.pending.joined++
 	return f.pending, false
 }
 

@@ -116,10 +116,8 @@ func TestFetcherAbandonedFetchIsRetried(t *testing.T) {
 			})
 		})
 	}
-	waitUntil(t, &f, func() bool { return f.pending != nil })
-	// Both have joined only when neither has returned early: give the
-	// second a moment to reach join, which is all it does before waiting.
-	time.Sleep(20 * time.Millisecond)
+	// Both join the pending flight before fetch 0 ends.
+	waitUntil(t, &f, func() bool { return f.pending != nil && f.pending.joined == 2 })
 	close(release)
 	<-leading
 	cancels[leader]()

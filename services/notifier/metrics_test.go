@@ -37,8 +37,9 @@ func TestQueueFigures(t *testing.T) {
 	for i := range 3 {
 		b.queue(fmt.Sprint("wait-", i), "waiting")
 	}
-	time.Sleep(1100 * time.Millisecond) // so the oldest waiting job is over a second old
 	held := b.fetch()
+	// The figures are polled until the oldest waiting job is over a
+	// second old.
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		m = metricstest.Scrape(t, base+"/metrics")
 		for s, want := range map[string]float64{

@@ -1,6 +1,7 @@
 package notifier
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -115,10 +116,22 @@ func TestRejectedIsKeptNotSpunOn(t *testing.T) {
 	if st, _, err := b.status.Get(b.ctx(), job.ID); err != nil || st.State != proto.StateFailed || st.Alerted {
 		t.Errorf("status %+v, %v; want failed, not alerted", st, err)
 	}
-	// Not spun on: one try, then quiet until the delay has passed.
-	time.Sleep(time.Second)
+	// Not spun on: one try, then the advisory is given back with the
+	// delay, and nothing is sent until it has passed.
+	var nakedAt time.Time
+	natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		naks := b.logs.FilterMessage("advisory will be retried").All()
+		if len(naks) == 0 {
+			return errors.New("the advisory was not given back")
+		}
+		if d, _ := naks[0].ContextMap()["delay"].(time.Duration); d != cfg.RejectedDelay {
+			t.Fatalf("advisory given back for %v, want ORCH_NOTIFY_REJECTED_DELAY, %v", d, cfg.RejectedDelay)
+		}
+		nakedAt = naks[0].Time
+		return nil
+	})
 	if n := b.tg.Requests(); n != 1 {
-		t.Errorf("%d requests within a second of a 401, want 1", n)
+		t.Errorf("%d requests after a 401, want 1", n)
 	}
 	if !b.logged("TELEGRAM REJECTS ALERTS") {
 		t.Error("a rejected alert was not logged loudly")
@@ -126,6 +139,9 @@ func TestRejectedIsKeptNotSpunOn(t *testing.T) {
 	fixed.Store(true) // the operator fixes the token
 	b.settled(30 * time.Second)
 	b.checkDeadLettered(job)
+	if msgs := b.tg.Messages(); len(msgs) == 1 && msgs[0].At.Sub(nakedAt) < cfg.RejectedDelay {
+		t.Errorf("the alert went out %v after the advisory was given back, want the delay, %v", msgs[0].At.Sub(nakedAt), cfg.RejectedDelay)
+	}
 }
 
 // Thirty jobs fail at once, with two notifier replicas sharing the

@@ -27,6 +27,8 @@ func TestConfig(t *testing.T) {
 	for _, bad := range []Config{
 		{TelegramBotToken: "x"},
 		{TelegramRate: -1},
+		{TelegramRate: 0},
+		{TelegramRate: 1, TelegramBotToken: "x", TelegramChatID: "1"},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil", bad)

@@ -73,11 +73,11 @@ type Config struct {
 	TelegramChatID   string `env:"TELEGRAM_CHAT_ID"`
 	// TelegramThreadID is the forum topic of the chat, if any.
 	TelegramThreadID int `env:"TELEGRAM_THREAD_ID"`
-	// TelegramAPIURL is the Bot API base (telegram.APIURLDefault).
+	// TelegramAPIURL is the Bot API base.
 	TelegramAPIURL string `env:"TELEGRAM_API_URL" envDefault:"https://api.telegram.org"`
 	// TelegramRate is the most messages a second sent to the chat, across
-	// every replica (telegram.RateDefault); Telegram asks for at most 20 a
-	// minute in groups (0.33).
+	// every replica; it must be above 0. Telegram asks for about 1 a
+	// second, and at most 20 a minute in groups (0.33).
 	TelegramRate float64 `env:"TELEGRAM_RATE" envDefault:"1"`
 	// PublicURL is the gateway's base URL, for a link to the job.
 	PublicURL string `env:"PUBLIC_URL"`
@@ -110,8 +110,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.TelegramBotToken != "" && c.TelegramChatID == "":
 		return errors.New("ORCH_TELEGRAM_CHAT_ID is required with ORCH_TELEGRAM_BOT_TOKEN")
-	case c.TelegramRate < 0:
-		return fmt.Errorf("ORCH_TELEGRAM_RATE must be positive, got %v", c.TelegramRate)
+	case c.TelegramRate <= 0:
+		return fmt.Errorf("ORCH_TELEGRAM_RATE must be above 0, got %v", c.TelegramRate)
+	case c.TelegramBotToken != "" && c.TelegramAPIURL == "":
+		return errors.New("ORCH_TELEGRAM_API_URL must not be empty with ORCH_TELEGRAM_BOT_TOKEN")
 	case c.RetryDelay < 0 || c.RetryMaxDelay < 0 || c.RejectedDelay < 0:
 		return errors.New("ORCH_NOTIFY_*_DELAY must not be negative")
 	}

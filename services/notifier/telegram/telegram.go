@@ -6,7 +6,6 @@ package telegram
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,24 +19,18 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// APIURLDefault is the Bot API's base URL.
-const APIURLDefault = "https://api.telegram.org"
-
 // MaxMessageLen is the most characters sendMessage takes. Telegram counts
 // UTF-16 code units of the text; see Len.
 const MaxMessageLen = 4096
-
-// RateDefault is the pace of messages to one chat, per second, that
-// Telegram asks bots to keep to.
-const RateDefault = 1.0
 
 // TimeoutDefault bounds one sendMessage request.
 const TimeoutDefault = 15 * time.Second
 
 // Client sends messages to one chat. Its zero value is not usable: set
-// BaseURL, Token and ChatID. A Client is safe for concurrent use.
+// BaseURL, Token, ChatID and Rate; the notifier's configuration has their
+// defaults, so this package has none. A Client is safe for concurrent use.
 type Client struct {
-	// BaseURL of the Bot API; APIURLDefault when empty.
+	// BaseURL of the Bot API, such as https://api.telegram.org.
 	BaseURL string
 	// Token is the bot's token. It is part of the request URL, so no
 	// error of this package includes the URL.
@@ -46,8 +39,8 @@ type Client struct {
 	ChatID string
 	// ThreadID is the forum topic, if any.
 	ThreadID int
-	// Rate is the most messages a second Wait lets through. Zero means
-	// RateDefault.
+	// Rate is the most messages a second Wait lets through; it must be
+	// above 0 (Telegram asks bots for about 1 a second to one chat).
 	Rate float64
 	// HTTP is the client for requests; nil means one with TimeoutDefault.
 	HTTP *http.Client
@@ -83,20 +76,26 @@ type answer struct {
 
 func (c *Client) init() {
 	c.once.Do(func() {
-		r := cmp.Or(c.Rate, RateDefault)
-		c.lim = rate.NewLimiter(rate.Limit(r), 1)
+		c.lim = rate.NewLimiter(rate.Limit(c.Rate), 1)
 	})
 }
 
-// Interval is the least time between two messages to the chat.
+// Interval is the least time between two messages to the chat; 0 for a
+// Client without a Rate, which Wait refuses.
 func (c *Client) Interval() time.Duration {
-	return time.Duration(float64(time.Second) / cmp.Or(c.Rate, RateDefault))
+	if c.Rate <= 0 {
+		return 0
+	}
+	return time.Duration(float64(time.Second) / c.Rate)
 }
 
 // Wait blocks until a message may be sent: the chat's pace allows it and
 // any retry_after of an earlier 429 has passed. It returns ctx's error if
 // ctx ends first.
 func (c *Client) Wait(ctx context.Context) error {
+	if c.Rate <= 0 {
+		return errors.New("telegram: the client has no rate of messages")
+	}
 	c.init()
 	c.mu.Lock()
 	hold := time.Until(c.holdUntil)
@@ -132,7 +131,10 @@ func (c *Client) Send(ctx context.Context, html string) error {
 	if err != nil {
 		return fmt.Errorf("telegram: encoding message: %w", err)
 	}
-	url := strings.TrimRight(cmp.Or(c.BaseURL, APIURLDefault), "/") + "/bot" + c.Token + "/sendMessage"
+	if c.BaseURL == "" {
+		return errors.New("telegram: the client has no Bot API URL")
+	}
+	url := strings.TrimRight(c.BaseURL, "/") + "/bot" + c.Token + "/sendMessage"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
 	if err != nil {
 		return errors.New("telegram: building request") // err would show the URL

@@ -24,7 +24,7 @@ func fake(t *testing.T, code int, body string) (*Client, *testkit.Telegram) {
 	t.Helper()
 	srv := testkit.NewTelegram(t, token)
 	srv.SetAnswer(func(int) (int, string) { return code, body })
-	return &Client{BaseURL: srv.URL + "/", Token: token, ChatID: "-100", ThreadID: 9, HTTP: srv.Client()}, srv
+	return &Client{BaseURL: srv.URL + "/", Token: token, ChatID: "-100", ThreadID: 9, Rate: 20, HTTP: srv.Client()}, srv
 }
 
 func TestSend(t *testing.T) {

@@ -1,0 +1,197 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// gitHost is one git origin the /git/ proxy serves.
+type gitHost struct {
+	scheme, host string // host as written, lowercased, with its port if it has one
+	origin       *url.URL
+	// creds are the credential-store entries for this origin, in the
+	// file's order: the first whose path prefixes the request's is used.
+	creds []credential
+}
+
+// credential is one git-credential-store line.
+type credential struct {
+	path string // "" for the whole host
+	auth string // the Authorization header value
+}
+
+// key is how a request's /git/<scheme>/<host>/ names a host.
+func (g *gitHost) key() string { return g.scheme + "/" + g.host }
+
+// target is the host:port, for the log.
+func (g *gitHost) target() string {
+	if g.origin.Port() != "" {
+		return g.origin.Host
+	}
+	port := "443"
+	if g.scheme == "http" {
+		port = "80"
+	}
+	return net.JoinHostPort(g.origin.Hostname(), port)
+}
+
+// storeLine is one parsed git-credential-store line.
+type storeLine struct {
+	scheme, host, path, user, pass string
+}
+
+// readCredentials reads a git-credential-store file (one
+// scheme://user:password@host[:port][/path] URL a line, user and password
+// percent-encoded); "" reads nothing. An unreadable file is an error; a
+// line that is not such a URL is skipped, as git skips it (and not
+// logged: it may hold a secret).
+func readCredentials(path string) ([]storeLine, error) {
+	if path == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("egress: git credentials: %w", err)
+	}
+	var lines []storeLine
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		u, err := url.Parse(strings.TrimSpace(sc.Text()))
+		if err != nil || u.User == nil || u.Host == "" {
+			continue
+		}
+		pass, _ := u.User.Password()
+		lines = append(lines, storeLine{
+			scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Host),
+			path: strings.Trim(u.Path, "/"), user: u.User.Username(), pass: pass,
+		})
+	}
+	return lines, nil
+}
+
+// parseGitHosts reads the scheme://host[:port] origins and gives each the
+// credentials the store holds for it.
+func parseGitHosts(entries []string, store []storeLine) (map[string]*gitHost, error) {
+	hosts := map[string]*gitHost{}
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.User != nil || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+			return nil, fmt.Errorf("egress: git host %q is not an http(s)://host[:port] origin", e)
+		}
+		if _, err := canonTarget(u.Host, "443"); err != nil {
+			return nil, fmt.Errorf("egress: git host %q: %w", e, err)
+		}
+		g := &gitHost{scheme: u.Scheme, host: strings.ToLower(u.Host)}
+		g.origin = &url.URL{Scheme: g.scheme, Host: g.host}
+		for _, s := range store {
+			if s.scheme == g.scheme && s.host == g.host {
+				g.creds = append(g.creds, credential{path: s.path,
+					auth: "Basic " + base64.StdEncoding.EncodeToString([]byte(s.user+":"+s.pass))})
+			}
+		}
+		hosts[g.key()] = g
+	}
+	return hosts, nil
+}
+
+// auth is the Authorization for a request to path on the host, "" when
+// the store has none.
+func (g *gitHost) auth(path string) string {
+	path = strings.Trim(path, "/")
+	for _, c := range g.creds {
+		if c.path == "" || path == c.path || strings.HasPrefix(path, c.path+"/") {
+			return c.auth
+		}
+	}
+	return ""
+}
+
+// gitProxy serves /git/<scheme>/<host[:port]>/<path>: git in the sandbox
+// speaks plain HTTP here (AgentEnv's insteadOf), and the request goes on
+// to scheme://host/path over the real scheme with the runner's
+// credential for that host, any the agent sent dropped.
+func (p *Proxy) gitProxy(w http.ResponseWriter, r *http.Request) {
+	escaped := strings.TrimPrefix(r.URL.EscapedPath(), "/git/")
+	scheme, rest, _ := strings.Cut(escaped, "/")
+	host, rest, _ := strings.Cut(rest, "/")
+	g, ok := p.git[strings.ToLower(scheme)+"/"+strings.ToLower(host)]
+	if !ok {
+		defPort := "443"
+		if scheme == "http" {
+			defPort = "80"
+		}
+		target := quoteTarget(host)
+		if t, err := canonTarget(host, defPort); err == nil {
+			target = t
+		}
+		p.refuse(w, http.StatusForbidden, target, "not a git host of this project")
+		return
+	}
+	out, err := url.Parse(g.origin.String() + "/" + rest)
+	if err != nil {
+		http.Error(w, "orch egress proxy: bad git path", http.StatusBadRequest)
+		return
+	}
+	out.RawQuery = r.URL.RawQuery
+	p.allowed(g.target(), "git")
+	prefix := "/git/" + g.key()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = out
+			pr.Out.Host = ""
+			pr.Out.Header.Del("Authorization")
+			if a := g.auth(out.Path); a != "" {
+				pr.Out.Header.Set("Authorization", a)
+			}
+		},
+		Transport:     p.upstream,
+		FlushInterval: -1,
+		// A redirect to the origin itself comes back through the proxy.
+		ModifyResponse: func(resp *http.Response) error {
+			if loc := resp.Header.Get("Location"); loc != "" {
+				u, err := url.Parse(loc)
+				if err != nil {
+					return nil
+				}
+				same := strings.EqualFold(u.Scheme, g.scheme) && strings.EqualFold(u.Host, g.host)
+				if same || (u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/")) {
+					u.Scheme, u.Host = "", ""
+					resp.Header.Set("Location", prefix+u.String())
+				}
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.log.Info("git request failed", zap.String("target", g.target()), zap.Error(err))
+			http.Error(w, "orch egress proxy: reaching "+g.origin.String()+": "+err.Error(), http.StatusBadGateway)
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// gitHostsSorted lists the git hosts in a stable order.
+func (p *Proxy) gitHostsSorted() []*gitHost {
+	keys := slices.Sorted(maps.Keys(p.git))
+	hosts := make([]*gitHost, len(keys))
+	for i, k := range keys {
+		hosts[i] = p.git[k]
+	}
+	return hosts
+}

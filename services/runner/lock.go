@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -139,10 +140,8 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 		} else if ctx.Err() == nil {
 			log.Debug("taking task lock", zap.Error(err))
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return nil, context.Cause(ctx)
-		case <-time.After(wait):
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/orch-dev/orch/kit/backoff"
 )
 
 // MaxMessageLen is the most characters sendMessage takes. Telegram counts
@@ -100,14 +102,8 @@ func (c *Client) Wait(ctx context.Context) error {
 	c.mu.Lock()
 	hold := time.Until(c.holdUntil)
 	c.mu.Unlock()
-	if hold > 0 {
-		t := time.NewTimer(hold)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
+	if !backoff.Sleep(ctx, hold) {
+		return ctx.Err()
 	}
 	return c.lim.Wait(ctx)
 }

@@ -265,6 +265,9 @@ func (w *Writer) dispatch(ctx context.Context, work chan<- string) {
 				return
 			}
 		}
+		// Not a backoff.Sleep: a changed record (poke) ends the wait
+		// early. The entries' own waits are backoff.Doubling's (see
+		// Writer.backoff).
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

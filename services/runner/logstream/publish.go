@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/proto/joblog"
 )
@@ -124,13 +125,11 @@ func (p *Publisher) finish() {
 		if len(p.pending) == 0 {
 			break
 		}
-		select {
-		case <-p.ctx.Done():
+		if !backoff.Sleep(p.ctx, 250*time.Millisecond) {
 			p.stats.Unpublished = p.pendingLen
 			p.cfg.Log.Warn("agent output not published: JetStream unreachable until the attempt's deadline",
 				zap.String("subject", p.subject), zap.Int("bytes", p.pendingLen))
 			return
-		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	p.stats.Ended = true

@@ -1,0 +1,154 @@
+package egress_test
+
+import (
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/orch-dev/orch/services/runner/egress"
+)
+
+// gitOrigin is a git smart-HTTP server (git http-backend behind
+// net/http/cgi) that wants Basic auth user:token on every request, as a
+// Gitea with a private repository does.
+type gitOrigin struct {
+	*httptest.Server
+	root string
+	mu   sync.Mutex
+	auth []string // the Authorization of each request
+}
+
+const gitUser, gitToken = "orch-bot", "tok3n-s3cret"
+
+func newGitOrigin(t *testing.T) *gitOrigin {
+	t.Helper()
+	o := &gitOrigin{root: t.TempDir()}
+	bare := filepath.Join(o.root, "repo.git")
+	runGit(t, "", nil, "init", "-q", "--bare", "-b", "main", bare)
+	runGit(t, bare, nil, "config", "http.receivepack", "true")
+	seed := t.TempDir()
+	runGit(t, "", nil, "clone", "-q", bare, seed)
+	os.WriteFile(filepath.Join(seed, "README.md"), []byte("# repo\n"), 0o644)
+	runGit(t, seed, nil, "add", "README.md")
+	runGit(t, seed, nil, "commit", "-q", "-m", "first")
+	runGit(t, seed, nil, "push", "-q", "origin", "main")
+
+	exe, err := exec.Command("git", "--exec-path").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := &cgi.Handler{
+		Path: filepath.Join(strings.TrimSpace(string(exe)), "git-http-backend"),
+		Env:  []string{"GIT_PROJECT_ROOT=" + o.root, "GIT_HTTP_EXPORT_ALL=1"},
+	}
+	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.auth = append(o.auth, r.Header.Get("Authorization"))
+		o.mu.Unlock()
+		if u, p, ok := r.BasicAuth(); !ok || u != gitUser || p != gitToken {
+			w.Header().Set("WWW-Authenticate", `Basic realm="gitea"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		backend.ServeHTTP(w, r)
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+// gitEnv is an environment for git holding no credential: its own HOME,
+// no system or global config, no prompt.
+func gitEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + home,
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + filepath.Join(home, "gitconfig"),
+		"GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=true",
+		"GIT_AUTHOR_NAME=agent", "GIT_AUTHOR_EMAIL=agent@example.com",
+		"GIT_COMMITTER_NAME=agent", "GIT_COMMITTER_EMAIL=agent@example.com",
+	}
+}
+
+func runGit(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	out, err := gitCmd(dir, env, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func gitCmd(dir string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = env
+	}
+	return cmd
+}
+
+// TestGitClonesAndPushesWithTheRunnersCredential runs real git with only
+// AgentEnv's environment: it clones and pushes to an origin that wants a
+// token, which the proxy adds from the credentials file.
+func TestGitClonesAndPushesWithTheRunnersCredential(t *testing.T) {
+	origin := newGitOrigin(t)
+	creds := filepath.Join(t.TempDir(), "git-credentials")
+	os.WriteFile(creds, []byte("https://other:x@gitea.example.com\n"+
+		strings.Replace(origin.URL, "http://", "http://"+gitUser+":"+gitToken+"@", 1)+"\n"), 0o600)
+	f := setup(t, egress.Options{GitHosts: []string{origin.URL}, GitCredentials: creds})
+	env := gitEnv(t)
+	remote := origin.URL + "/repo.git"
+
+	// Without the proxy the client has no credential and fails.
+	if out, err := gitCmd("", env, "clone", "-q", remote, filepath.Join(t.TempDir(), "c")).CombinedOutput(); err == nil {
+		t.Fatalf("clone without the proxy succeeded:\n%s", out)
+	}
+	agentEnv := append(slices.Clone(env), f.proxy.AgentEnv(f.base)...)
+	for _, kv := range agentEnv {
+		if strings.Contains(kv, gitToken) {
+			t.Fatalf("the agent's environment holds the token: %s", kv)
+		}
+	}
+	work := filepath.Join(t.TempDir(), "work")
+	runGit(t, "", agentEnv, "clone", "-q", remote, work)
+	if got := runGit(t, work, agentEnv, "config", "remote.origin.url"); strings.TrimSpace(got) != remote {
+		t.Fatalf("origin %q: the rewrite must not show in the clone's config", got)
+	}
+	os.WriteFile(filepath.Join(work, "AGENT.md"), []byte("agent was here\n"), 0o644)
+	runGit(t, work, agentEnv, "add", "AGENT.md")
+	runGit(t, work, agentEnv, "commit", "-q", "-m", "agent commit")
+	runGit(t, work, agentEnv, "push", "-q", "origin", "HEAD:main")
+
+	head := strings.TrimSpace(runGit(t, work, agentEnv, "rev-parse", "HEAD"))
+	if got := strings.TrimSpace(runGit(t, filepath.Join(origin.root, "repo.git"), nil, "rev-parse", "main")); got != head {
+		t.Fatalf("origin main %s, want the pushed %s", got, head)
+	}
+	for _, l := range f.log() {
+		if strings.Contains(l, gitToken) {
+			t.Fatalf("the token is in the job log: %q", l)
+		}
+	}
+}
+
+func TestGitToAnotherHostIsRefused(t *testing.T) {
+	origin, other := newGitOrigin(t), newGitOrigin(t)
+	f := setup(t, egress.Options{GitHosts: []string{origin.URL}})
+	host := strings.TrimPrefix(other.URL, "http://")
+	code, body, err := get(t, http.DefaultClient, f.base+"/git/http/"+host+"/repo.git/info/refs?service=git-upload-pack")
+	if err != nil || code != http.StatusForbidden || !strings.Contains(body, "not a git host of this project") {
+		t.Fatalf("GET: %d %q %v", code, body, err)
+	}
+	f.hasLine(t, "orch: egress denied "+host)
+	other.mu.Lock()
+	defer other.mu.Unlock()
+	if len(other.auth) != 0 {
+		t.Fatal("the other git host was reached")
+	}
+}

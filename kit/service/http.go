@@ -37,6 +37,61 @@ func NewRegistry(name string) *prometheus.Registry {
 	return reg
 }
 
+// Timeouts of every orch HTTP server. A request is small (a webhook, a
+// probe, a scrape, a page) and Gitea waits 5 s for a webhook's answer, so
+// slow clients are cut off early; an answer that streams (a followed log)
+// lifts its own write deadline.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 30 * time.Second
+	WriteTimeout      = 30 * time.Second
+	IdleTimeout       = 2 * time.Minute
+)
+
+// NewServer is an HTTP server for h with orch's timeouts, logging its
+// own errors (a refused TLS handshake, a broken connection) to log.
+func NewServer(h http.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          zap.NewStdLog(log),
+	}
+}
+
+// Healthz answers GET /healthz: 200 while the process serves. It asks
+// nothing else, so an orchestrator restarts only a process that no longer
+// answers.
+func Healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Readyz answers GET /readyz: 200 {"status":"ready"} while ready returns
+// nil, 503 {"error": what ready returned} otherwise. detail, when not
+// nil, adds its fields to either answer, so that a probe's body can say
+// more than yes or no (the gateway names its spool's depth and oldest
+// age, which do not make it unready).
+func Readyz(ready func() error, detail func() map[string]any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		var body map[string]any
+		if detail != nil {
+			body = detail()
+		}
+		if body == nil {
+			body = map[string]any{}
+		}
+		code := http.StatusOK
+		if err := ready(); err != nil {
+			code, body["error"] = http.StatusServiceUnavailable, err.Error()
+		} else {
+			body["status"] = "ready"
+		}
+		writeJSON(w, code, body)
+	})
+}
+
 // HTTP is the small HTTP server the runner and the notifier run on
 // ORCH_HTTP_ADDR: /healthz answers 200 while the process serves, /readyz
 // answers 200 once ready says so and 503 with its reason before, and
@@ -63,23 +118,10 @@ func ServeHTTP(addr string, ln net.Listener, reg *prometheus.Registry, ready fun
 		}
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	mux.HandleFunc("GET /healthz", Healthz)
+	mux.Handle("GET /readyz", Readyz(ready, nil))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	h := &HTTP{ln: ln, srv: &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		ErrorLog:          zap.NewStdLog(log),
-	}}
+	h := &HTTP{ln: ln, srv: NewServer(mux, log)}
 	h.wg.Go(func() {
 		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http listener", zap.Error(err))

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/api"
 	"github.com/orch-dev/orch/services/gateway/index"
+	"github.com/orch-dev/orch/services/gateway/jobs"
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/spool"
@@ -37,15 +39,6 @@ const (
 	ShutdownGrace = 10 * time.Second
 	// SpoolDirName is the spool's directory under ORCH_DATA_DIR.
 	SpoolDirName = "spool"
-)
-
-// HTTP server timeouts. A webhook body is small and Gitea waits 5 s for
-// the answer, so slow clients are cut off early.
-const (
-	ReadHeaderTimeout = 5 * time.Second
-	ReadTimeout       = 30 * time.Second
-	WriteTimeout      = 30 * time.Second
-	IdleTimeout       = 2 * time.Minute
 )
 
 // Config is the gateway's configuration, read from ORCH_ variables; the
@@ -178,18 +171,22 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), DuplicateWindow: cfg.DuplicateWindow}, log.Named("queue"))
 	proxies, _ := throttle.ParseProxies(cfg.TrustedProxies) // checked by Validate
 	limit := throttle.New(throttle.Config{TrustedProxies: proxies, Log: log.Named("throttle"), Now: cfg.Now})
+	svc := jobs.New(jobs.Config{Queue: q, Index: ix, Registry: current.Load, Now: time.Now, Log: log.Named("jobs")})
 	srv := &api.Server{
-		Log: log.Named("http"), Queue: q, Index: ix, Metrics: m, Registry: current.Load,
+		Jobs: svc, Queue: q, Metrics: m, Registry: current.Load,
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
 		Webhooks: api.WebhookLimits{MaxConcurrent: cfg.MaxConcurrentWebhooks, BodyTimeout: cfg.BodyTimeout, SlotWait: cfg.SlotWait}, Throttle: limit,
 	}
+	// Any gateway reads any runner's output from JOBS_LOGS.
 	dashboard := ui.New(ui.Config{
-		Backend: srv, APIToken: cfg.APIToken, PublicURL: cfg.PublicURL, Throttle: limit, Now: cfg.Now, Log: log.Named("ui"),
-		// Any gateway reads any runner's output from JOBS_LOGS.
-		Logs: srv,
+		Jobs: svc, APIToken: cfg.APIToken, PublicURL: cfg.PublicURL, Throttle: limit, Now: cfg.Now, Log: log.Named("ui"),
 	})
-	srv.UI = dashboard
+	// The two faces side by side, one request id and access log for both.
+	routes := http.NewServeMux()
+	routes.Handle(ui.Prefix, dashboard)
+	routes.Handle(strings.TrimSuffix(ui.Prefix, "/"), http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
+	routes.Handle("/", srv.Handler())
 
 	ln := cfg.Listener
 	if ln == nil {
@@ -228,7 +225,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		dd := queue.NewDedupe(dkv, cfg.DedupeTTL)
 		wg.Go(func() { dd.Watch(bg, log.Named("dedupe")) })
 		q.Connect(nc, js, st, dd)
-		srv.Connect(nc, js, st)
+		svc.Connect(nc, js, st)
 		// The dashboard's logins wait for their own bucket; the index
 		// does not wait for it.
 		wg.Go(func() {
@@ -249,15 +246,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer stopHUP()
 	wg.Go(func() { service.OnSignal(bg, hup, func() { reload(cfg.ProjectsFile, &current, m, log) }) })
 
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: ReadHeaderTimeout,
-		ReadTimeout:       ReadTimeout,
-		WriteTimeout:      WriteTimeout,
-		IdleTimeout:       IdleTimeout,
-		ErrorLog:          zap.NewStdLog(log.Named("http")),
-	}
-	hs.RegisterOnShutdown(dashboard.Close) // followed logs must not hold up the shutdown
+	hs := service.NewServer(api.WithRequestID(log.Named("http"), routes), log.Named("http"))
+	hs.RegisterOnShutdown(svc.Close) // followed logs must not hold up the shutdown
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }() // ends with Shutdown below, which waits for it
 	log.Info("gateway listening", zap.String("addr", ln.Addr().String()), zap.Int("projects", len(reg.Projects())),

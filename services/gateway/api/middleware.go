@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/services/gateway/jobs"
 )
 
 // HeaderRequestID carries the request id: taken from the request when it
@@ -17,14 +18,9 @@ const HeaderRequestID = "X-Request-Id"
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
-type logKey struct{}
-
 // logFrom is the request's logger: every line carries its request id.
-func logFrom(r *http.Request) *zap.Logger { return logFromContext(r.Context()) }
-
-// logFromContext is the logger of the request ctx belongs to.
-func logFromContext(ctx context.Context) *zap.Logger {
-	if l, ok := ctx.Value(logKey{}).(*zap.Logger); ok {
+func logFrom(r *http.Request) *zap.Logger {
+	if l := jobs.LogFrom(r.Context()); l != nil {
 		return l
 	}
 	return zap.NewNop()
@@ -54,17 +50,19 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// withRequestID gives every request an id, a logger carrying it, and one
-// access log line.
-func (s *Server) withRequestID(next http.Handler) http.Handler {
+// WithRequestID gives every request an id, a logger carrying it (in its
+// context, see jobs.WithLog), and one access log line on log. The gateway
+// wraps both its faces in it.
+func WithRequestID(log *zap.Logger, next http.Handler) http.Handler {
+	base := log
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(HeaderRequestID)
 		if !requestIDPattern.MatchString(id) {
 			id = newRequestID()
 		}
 		w.Header().Set(HeaderRequestID, id)
-		log := s.Log.With(zap.String("request_id", id))
-		r = r.WithContext(context.WithValue(r.Context(), logKey{}, log))
+		log := base.With(zap.String("request_id", id))
+		r = r.WithContext(jobs.WithLog(r.Context(), log))
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
 		next.ServeHTTP(sw, r)

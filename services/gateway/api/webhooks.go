@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/jobs"
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/trigger"
@@ -18,17 +18,7 @@ import (
 // JobRef names one job in an answer. Duplicate says the job existed
 // before this request (the same event or key again): nothing new was
 // queued for it.
-type JobRef struct {
-	ID        string     `json:"id"`
-	Kind      proto.Kind `json:"kind"`
-	Project   string     `json:"project"`
-	Task      string     `json:"task"`
-	Duplicate bool       `json:"duplicate,omitempty"`
-}
-
-func refOf(j *proto.Job) JobRef {
-	return JobRef{ID: j.ID, Kind: j.Kind, Project: j.Project, Task: j.Task.ID}
-}
+type JobRef = jobs.Ref
 
 // Accepted is the body of a 202 webhook answer. Spooled says the event is
 // kept on the gateway's disk until JetStream is back; the job ids are
@@ -171,7 +161,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 	}
 	ans := Accepted{Jobs: make([]JobRef, 0, len(d.Jobs)), Cancel: d.Cancel, Spooled: applied.Spooled}
 	for i := range d.Jobs {
-		ref := refOf(&d.Jobs[i])
+		ref := jobs.RefOf(&d.Jobs[i])
 		ref.Duplicate = applied.Duplicate[ref.ID]
 		ans.Jobs = append(ans.Jobs, ref)
 	}

@@ -1,33 +1,23 @@
 package ui
 
 import (
-	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/jobs"
 )
 
 // ErrNoLog says an attempt's log cannot be read from here.
 var ErrNoLog = errors.New("log not available")
 
-// LogReader reads the agent's output of one attempt of a job.
-type LogReader interface {
-	// OpenLog returns the output of attempt n of the job st describes.
-	// With follow, reading waits for more output while the attempt runs
-	// and ends (io.EOF) once it has ended, or when ctx ends. ErrNoLog
-	// says there is nothing to read from here.
-	OpenLog(ctx context.Context, st *proto.Status, n int, follow bool) (io.ReadCloser, error)
-}
-
 // LogTailBytes is how much of an attempt's log a page shows; the rest is
-// a link away.
+// a link away. Only about this much is read from JOBS_LOGS, however long
+// the log (jobs.Service.LogTail).
 const LogTailBytes = 256 << 10
 
 // attemptLog is one attempt's log on the job page.
@@ -48,36 +38,18 @@ func attemptLive(st *proto.Status, n int) bool {
 	return st.Attempt == n && st.State == proto.StateRunning
 }
 
+// attemptLog reads the tail of attempt n's log for the job page.
 func (h *Handler) attemptLog(r *http.Request, st *proto.Status, n int) attemptLog {
 	a := attemptLog{N: n, Live: attemptLive(st, n)}
-	if h.cfg.Logs == nil {
-		a.Missing = true
-		return a
-	}
-	rc, err := h.cfg.Logs.OpenLog(r.Context(), st, n, false)
+	tail, err := h.cfg.Jobs.LogTail(r.Context(), st, n, LogTailBytes)
 	if err != nil {
-		if !errors.Is(err, ErrNoLog) {
-			h.cfg.Log.Warn("reading an agent log", zap.String("job", st.Job.ID), zap.Int("attempt", n), zap.Error(err))
-		}
+		h.cfg.Log.Warn("reading an agent log", zap.String("job", st.Job.ID), zap.Int("attempt", n), zap.Error(err))
+	}
+	if err != nil || !tail.Found {
 		a.Missing = true
 		return a
 	}
-	defer rc.Close()
-	// Keep the last LogTailBytes: a ring of two buffers would be leaner,
-	// but a page's log is small next to what the runner keeps.
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		a.Missing = true
-		return a
-	}
-	if len(data) > LogTailBytes {
-		data = data[len(data)-LogTailBytes:]
-		for len(data) > 0 && !utf8.RuneStart(data[0]) {
-			data = data[1:]
-		}
-		a.Cut = true
-	}
-	a.Text = string(data)
+	a.Text, a.Cut = string(tail.Data), tail.Cut
 	return a
 }
 
@@ -98,44 +70,42 @@ func (h *Handler) logText(w http.ResponseWriter, r *http.Request) {
 		}
 		n = a
 	}
-	follow := r.URL.Query().Get("follow") == "1"
-	if h.cfg.Logs == nil {
+	if n < 1 {
 		h.errorPage(w, r, http.StatusNotFound, ErrNoLog.Error())
 		return
 	}
-	// A followed log ends with the attempt, or when the gateway stops.
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	defer context.AfterFunc(h.life, cancel)()
-	rc, err := h.cfg.Logs.OpenLog(ctx, st, n, follow)
-	if err != nil {
-		h.errorPage(w, r, http.StatusNotFound, ErrNoLog.Error())
-		return
-	}
-	defer rc.Close()
+	opts := jobs.LogOptions{Follow: r.URL.Query().Get("follow") == "1"}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if !follow {
-		_, _ = io.Copy(w, rc)
-		return
+	lw := &lazyWriter{w: w}
+	if opts.Follow {
+		// The server's write timeout is for ordinary answers; a followed
+		// log lasts as long as the attempt.
+		rc := http.NewResponseController(w)
+		_ = rc.SetWriteDeadline(time.Time{})
+		w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each chunk on at once
+		w.WriteHeader(http.StatusOK)
+		lw.started = true
+		opts.Flush = func() { _ = rc.Flush() }
 	}
-	// The server's write timeout is for ordinary answers; a followed log
-	// lasts as long as the attempt.
-	rcon := http.NewResponseController(w)
-	_ = rcon.SetWriteDeadline(time.Time{})
-	w.Header().Set("X-Accel-Buffering", "no") // nginx: pass each chunk on at once
-	w.WriteHeader(http.StatusOK)
-	buf := make([]byte, 32<<10)
-	for {
-		k, err := rc.Read(buf)
-		if k > 0 {
-			if _, werr := w.Write(buf[:k]); werr != nil {
-				return
-			}
-			_ = rcon.Flush()
+	err := h.cfg.Jobs.CopyLog(r.Context(), st, n, lw, opts)
+	if err != nil && !lw.started && r.Context().Err() == nil {
+		if !errors.Is(err, jobs.ErrNoOutput) {
+			h.cfg.Log.Warn("reading an agent log", zap.String("job", st.Job.ID), zap.Int("attempt", n), zap.Error(err))
 		}
-		if err != nil {
-			return
-		}
+		w.Header().Set("Cache-Control", "no-store")
+		h.errorPage(w, r, http.StatusNotFound, ErrNoLog.Error())
 	}
+}
+
+// lazyWriter writes through to w and notes that it has, so that an error
+// before the first byte can still be answered with a page.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (l *lazyWriter) Write(p []byte) (int, error) {
+	l.started = true
+	return l.w.Write(p)
 }

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -10,15 +9,15 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/services/gateway/api"
 	"github.com/orch-dev/orch/services/gateway/index"
+	"github.com/orch-dev/orch/services/gateway/jobs"
 )
 
 // queueData is what the queue page shows.
 type queueData struct {
 	Counts   []stateCount
-	Stream   *api.StreamFigures
-	Consumer *api.ConsumerFigures
+	Stream   *jobs.StreamFigures
+	Consumer *jobs.ConsumerFigures
 	Spool    int
 	Filter   index.Filter
 	Projects []string
@@ -53,9 +52,9 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	if err != nil || pageNo < 1 {
 		pageNo = 1
 	}
-	b := h.cfg.Backend
-	d := queueData{Filter: f, Projects: b.Projects(), States: proto.States, Kinds: kinds, Spool: b.SpoolDepth(), Page: pageNo}
-	d.Jobs, d.Total = b.Jobs(f, (pageNo-1)*PageSize, PageSize)
+	b := h.cfg.Jobs
+	d := queueData{Filter: f, Projects: b.Projects(), States: proto.States, Kinds: kinds, Spool: b.Spool().Depth, Page: pageNo}
+	d.Jobs, d.Total = b.List(f, (pageNo-1)*PageSize, PageSize)
 	d.Pages = max(1, (d.Total+PageSize-1)/PageSize)
 	counts := b.Counts()
 	for _, s := range proto.States {
@@ -98,16 +97,30 @@ type jobData struct {
 	CanCancel bool
 	CanRetry  bool
 	Attempts  []attemptLog
+	// Partial says the answer is a live poll's: the logs section carries
+	// its key only, not the logs (see jobPage).
+	Partial bool
 }
 
+// HeaderLive marks the page script's re-reads of a page (live polls).
+const HeaderLive = "X-Orch-Live"
+
+// jobPage shows a job, its status and the tail of each attempt's log. A
+// live poll (HeaderLive) is answered without reading any log: the script
+// swaps the logs section only when its key (attempt and state) changes,
+// and then reads the whole page once for it, so a page left open reads
+// the status every 2 s and the logs only when an attempt starts or ends.
+// A running attempt's log grows through its followed stream meanwhile.
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	st, ok := h.status(w, r)
 	if !ok {
 		return
 	}
-	d := jobData{St: st, CanCancel: !st.State.Terminal(), CanRetry: st.DLQSeq != 0}
-	for n := st.Attempt; n >= 1; n-- {
-		d.Attempts = append(d.Attempts, h.attemptLog(r, st, n))
+	d := jobData{St: st, CanCancel: !st.State.Terminal(), CanRetry: st.DLQSeq != 0, Partial: r.Header.Get(HeaderLive) == "1"}
+	if !d.Partial {
+		for n := st.Attempt; n >= 1; n-- {
+			d.Attempts = append(d.Attempts, h.attemptLog(r, st, n))
+		}
 	}
 	title := st.Job.Task.Title
 	if title == "" {
@@ -119,7 +132,7 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 // status reads the job of the request's {id}, answering the error page
 // when there is none.
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) (*proto.Status, bool) {
-	st, err := h.cfg.Backend.Status(r.Context(), mux.Vars(r)["id"])
+	st, err := h.cfg.Jobs.Job(r.Context(), mux.Vars(r)["id"])
 	if err != nil {
 		h.refusal(w, r, err)
 		return nil, false
@@ -127,12 +140,10 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request) (*proto.Status,
 	return st, true
 }
 
-// refusal shows an error of the backend as a page with its status code.
+// refusal shows a refusal of the job service as a page with its status
+// code.
 func (h *Handler) refusal(w http.ResponseWriter, r *http.Request, err error) {
-	var ref *api.Refusal
-	if !errors.As(err, &ref) {
-		ref = &api.Refusal{Code: http.StatusServiceUnavailable, Msg: err.Error()}
-	}
+	ref := jobs.RefusalOf(err)
 	h.errorPage(w, r, ref.Code, ref.Msg)
 }
 
@@ -157,12 +168,12 @@ func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request) {
 // new job a retry made.
 func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
-	var change *api.JobChange
+	var change *jobs.Change
 	var err error
 	if mux.Vars(r)["action"] == "cancel" {
-		change, err = h.cfg.Backend.Cancel(r.Context(), id)
+		change, err = h.cfg.Jobs.Cancel(r.Context(), id)
 	} else {
-		change, err = h.cfg.Backend.Retry(r.Context(), id)
+		change, err = h.cfg.Jobs.Retry(r.Context(), id)
 	}
 	if err != nil {
 		h.refusal(w, r, err)
@@ -172,7 +183,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) deadLettersPage(w http.ResponseWriter, r *http.Request) {
-	dl, err := h.cfg.Backend.DeadLetters(r.Context(), DeadLetterLimit)
+	dl, err := h.cfg.Jobs.DeadLetters(r.Context(), DeadLetterLimit)
 	if err != nil {
 		h.refusal(w, r, err)
 		return

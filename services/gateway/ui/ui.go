@@ -6,7 +6,12 @@
 //
 // Every page works without JavaScript; the script only adds live updates
 // (it re-reads the page and swaps the parts marked data-live) and follows
-// a running attempt's log as it grows.
+// a running attempt's log as it grows. Its re-reads carry X-Orch-Live,
+// and the job page answers them without the logs' text (see jobPage), so
+// a page left open costs a status read every 2 s, not a log read.
+//
+// What the pages show and do comes from package jobs, as the JSON API's
+// answers do; this package only renders.
 package ui
 
 import (
@@ -14,6 +19,7 @@ import (
 	"embed"
 	"errors"
 	"html/template"
+	"io"
 	"io/fs"
 	"net/http"
 	"time"
@@ -22,9 +28,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/logread"
 	"github.com/orch-dev/orch/proto"
-	"github.com/orch-dev/orch/services/gateway/api"
+	"github.com/orch-dev/orch/services/gateway/bearer"
 	"github.com/orch-dev/orch/services/gateway/index"
+	"github.com/orch-dev/orch/services/gateway/jobs"
 	"github.com/orch-dev/orch/services/gateway/throttle"
 )
 
@@ -43,28 +51,29 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// Backend is what the dashboard reads and does; *api.Server is one, so a
-// cancel or retry from a page runs the very code of the JSON API.
-type Backend interface {
+// Jobs is what the dashboard reads and does; *jobs.Service is it, the
+// very code the JSON API runs, so a cancel or retry from a page is one
+// from curl.
+type Jobs interface {
 	Counts() map[proto.State]int
-	Jobs(f index.Filter, offset, limit int) ([]index.Recent, int)
-	Figures(ctx context.Context) (*api.StreamFigures, *api.ConsumerFigures)
-	SpoolDepth() int
+	List(f index.Filter, offset, limit int) ([]index.Recent, int)
+	Figures(ctx context.Context) (*jobs.StreamFigures, *jobs.ConsumerFigures)
+	Spool() jobs.SpoolFigures
 	Projects() []string
-	Status(ctx context.Context, id string) (*proto.Status, error)
-	Cancel(ctx context.Context, id string) (*api.JobChange, error)
-	Retry(ctx context.Context, id string) (*api.JobChange, error)
-	DeadLetters(ctx context.Context, limit int) ([]api.DeadLetter, error)
+	Job(ctx context.Context, id string) (*proto.Status, error)
+	LogTail(ctx context.Context, st *proto.Status, n, maxBytes int) (logread.TailOf, error)
+	CopyLog(ctx context.Context, st *proto.Status, n int, w io.Writer, o jobs.LogOptions) error
+	Cancel(ctx context.Context, id string) (*jobs.Change, error)
+	Retry(ctx context.Context, id string) (*jobs.Change, error)
+	DeadLetters(ctx context.Context, limit int) ([]jobs.DeadLetter, error)
 }
 
-var _ Backend = (*api.Server)(nil)
+var _ Jobs = (*jobs.Service)(nil)
 
 // Config is what the dashboard needs.
 type Config struct {
-	// Backend answers the dashboard's reads and actions.
-	Backend Backend
-	// Logs reads an attempt's agent output; nil shows "log not available".
-	Logs LogReader
+	// Jobs answers the dashboard's reads and actions, its logs included.
+	Jobs Jobs
 	// APIToken is ORCH_API_TOKEN: what POST /ui/login-links and the login
 	// form take, and the root of the CSRF key. Empty turns the dashboard
 	// off.
@@ -81,18 +90,13 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Handler serves the dashboard. Close ends the log streams it is serving,
-// so that a gateway shutting down does not wait for them.
+// Handler serves the dashboard.
 type Handler struct {
 	cfg    Config
 	keys   keys
 	store  store
 	pages  map[string]*template.Template
 	router *mux.Router
-
-	// life ends with Close.
-	life context.Context
-	end  context.CancelFunc
 }
 
 // New returns the dashboard's handler.
@@ -101,14 +105,13 @@ func New(cfg Config) *Handler {
 		cfg.Log = zap.NewNop()
 	}
 	h := &Handler{cfg: cfg, keys: newKeys(cfg.APIToken), pages: parsePages()}
-	h.life, h.end = context.WithCancel(context.Background())
 	r := mux.NewRouter()
 	static, _ := fs.Sub(staticFS, "static")
 	r.PathPrefix(Prefix + "static/").Handler(staticHandler(http.StripPrefix(Prefix+"static/", http.FileServerFS(static))))
 	r.HandleFunc(Prefix+"login", h.loginPage).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"login", h.login).Methods(http.MethodPost)
 	r.HandleFunc(Prefix+"login/{secret}", h.useLink).Methods(http.MethodGet)
-	r.Handle(Prefix+"login-links", api.RequireToken(cfg.APIToken, cfg.Throttle, http.HandlerFunc(h.makeLink))).Methods(http.MethodPost)
+	r.Handle(Prefix+"login-links", bearer.Require(cfg.APIToken, cfg.Throttle, http.HandlerFunc(h.makeLink))).Methods(http.MethodPost)
 	r.HandleFunc(Prefix+"logout", h.post(h.logout)).Methods(http.MethodPost)
 	r.HandleFunc(Prefix, h.get(h.queuePage)).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"dead-letters", h.get(h.deadLettersPage)).Methods(http.MethodGet)
@@ -149,9 +152,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (proto.BucketUISessions), once NATS is reachable. Until then nobody can
 // log in (503).
 func (h *Handler) Connect(kv jetstream.KeyValue) { h.store.connect(kv) }
-
-// Close ends the log streams being served; further ones end at once.
-func (h *Handler) Close() { h.end() }
 
 func (h *Handler) now() time.Time {
 	if h.cfg.Now != nil {

@@ -5,29 +5,49 @@
 
   var POLL_MS = 2000;
 
-  // refresh re-reads the page and swaps each [data-live] part whose
-  // content changed. A part with data-key is swapped only when the key
-  // changes, so a followed log is not thrown away on every poll.
+  // load reads this page again as a document; live marks a poll, which
+  // the server may answer without the heavy parts (the job page's logs).
+  function load(live) {
+    var headers = live ? { "X-Orch-Live": "1" } : {};
+    return fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: headers })
+      .then(function (res) {
+        if (!res.ok || res.redirected) return null;
+        return res.text().then(function (html) {
+          return new DOMParser().parseFromString(html, "text/html");
+        });
+      });
+  }
+
+  // swap replaces each [data-live] part whose content changed. A part
+  // with data-key is swapped only when the key changes, so a followed log
+  // is not thrown away on every poll; a poll's answer carries such a part
+  // without its content (data-partial), and swap reports that it needs
+  // the whole page for it.
+  function swap(fresh) {
+    var stale = false;
+    document.querySelectorAll("[data-live][id]").forEach(function (old) {
+      var neu = fresh.getElementById(old.id);
+      if (!neu) return;
+      if (old.hasAttribute("data-key")) {
+        if (old.getAttribute("data-key") === neu.getAttribute("data-key")) return;
+        if (neu.hasAttribute("data-partial")) { stale = true; return; }
+      } else if (old.innerHTML === neu.innerHTML) {
+        return;
+      }
+      old.replaceWith(document.importNode(neu, true));
+    });
+    return stale;
+  }
+
+  // refresh polls the page, and reads it whole when a keyed part changed.
   function refresh() {
     if (document.hidden) return Promise.resolve();
-    return fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: { "X-Orch-Live": "1" } })
-      .then(function (res) {
-        if (!res.ok || res.redirected) return;
-        return res.text().then(function (html) {
-          var fresh = new DOMParser().parseFromString(html, "text/html");
-          document.querySelectorAll("[data-live][id]").forEach(function (old) {
-            var neu = fresh.getElementById(old.id);
-            if (!neu) return;
-            if (old.hasAttribute("data-key")) {
-              if (old.getAttribute("data-key") === neu.getAttribute("data-key")) return;
-            } else if (old.innerHTML === neu.innerHTML) {
-              return;
-            }
-            old.replaceWith(document.importNode(neu, true));
-          });
-          followAll();
-        });
+    return load(true)
+      .then(function (fresh) {
+        if (!fresh || !swap(fresh)) return;
+        return load(false).then(function (whole) { if (whole) swap(whole); });
       })
+      .then(followAll)
       .catch(function () { /* the next poll tries again */ });
   }
 

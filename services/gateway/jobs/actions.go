@@ -1,7 +1,9 @@
-package api
+package jobs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,60 +14,75 @@ import (
 
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/trigger"
 )
 
-// Refusal is an action the gateway did not carry out, with the HTTP status
-// that says why and a message for a person. The JSON API and the dashboard
-// both show it as it is.
-type Refusal struct {
-	Code int
-	Msg  string
+// Request asks for a job by hand (POST /jobs).
+type Request struct {
+	Project string     `json:"project"`
+	Kind    proto.Kind `json:"kind"`
+	Task    proto.Task `json:"task"`
+	// Trigger is the instruction for the agent, if any.
+	Trigger string `json:"trigger,omitempty"`
+	// Key, when given, makes the request idempotent: the same key names
+	// the same job. Without it every request makes a new job.
+	Key string `json:"key,omitempty"`
+	// Actor is who asked, for the record.
+	Actor string `json:"actor,omitempty"`
 }
 
-func (e *Refusal) Error() string { return e.Msg }
-
-func refuse(code int, format string, args ...any) error {
-	return &Refusal{Code: code, Msg: fmt.Sprintf(format, args...)}
+// Change is what cancel and retry did.
+type Change struct {
+	Job   Ref         `json:"job"`
+	State proto.State `json:"state"`
+	// RetryOf names the dead-lettered job a retry re-runs.
+	RetryOf string `json:"retry_of,omitempty"`
 }
 
-// writeActionError answers a Refusal with its status, anything else 503.
-func writeActionError(w http.ResponseWriter, err error) {
-	var ref *Refusal
-	if !errors.As(err, &ref) {
-		ref = &Refusal{Code: http.StatusServiceUnavailable, Msg: err.Error()}
+// Enqueue queues the job req asks for, refusing (400) an unknown project
+// or kind and a request without a task.
+func (s *Service) Enqueue(ctx context.Context, req Request) (Ref, error) {
+	p, ok := s.cfg.Registry().ByKey(req.Project)
+	if !ok {
+		return Ref{}, refuse(http.StatusBadRequest, "unknown project %q", req.Project)
 	}
-	if ref.Code == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "5")
+	if !req.Kind.Valid() {
+		return Ref{}, refuse(http.StatusBadRequest, "unknown kind %q", req.Kind)
 	}
-	writeError(w, ref.Code, ref.Msg)
-}
-
-// Status returns the job's status record: a 404 Refusal for an unknown
-// job, 503 while the status store is unreachable.
-func (s *Server) Status(ctx context.Context, id string) (*proto.Status, error) {
-	b := s.backend.Load()
-	if b == nil {
-		return nil, refuse(http.StatusServiceUnavailable, "status store unavailable: not connected to NATS yet")
+	if req.Task.ID == "" {
+		return Ref{}, refuse(http.StatusBadRequest, "task.id is required")
 	}
-	if id == "" || proto.Token(id) != id {
-		return nil, refuse(http.StatusNotFound, "no such job")
+	key := req.Key
+	if key == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		key = hex.EncodeToString(b[:])
 	}
-	st, _, err := b.status.Get(ctx, id)
-	if errors.Is(err, status.ErrNotFound) {
-		return nil, refuse(http.StatusNotFound, "no such job")
+	req.Task.ID = trigger.TaskID(req.Task.ID)
+	job := proto.Job{
+		Schema:    proto.SchemaVersion,
+		ID:        proto.JobID(p.Key + "|" + string(req.Kind) + "|api|" + key),
+		Kind:      req.Kind,
+		Project:   p.Key,
+		Task:      req.Task,
+		Source:    proto.Source{System: "api", Event: "enqueue", Actor: req.Actor},
+		CreatedAt: s.nowUTC(),
+		Trigger:   req.Trigger,
 	}
-	if err != nil {
-		logFromContext(ctx).Warn("reading job", zap.String("job", id), zap.Error(err))
-		return nil, refuse(http.StatusServiceUnavailable, "status store unavailable")
-	}
-	return st, nil
+	ref := RefOf(&job)
+	dup, err := s.publishOne(ctx, &job)
+	ref.Duplicate = dup
+	return ref, err
 }
 
 // Cancel marks a queued or running job cancelled; the runner holding it
-// stops its agent. POST /jobs/{id}/cancel and the dashboard both call it.
-func (s *Server) Cancel(ctx context.Context, id string) (*JobChange, error) {
-	log := logFromContext(ctx).With(zap.String("job", id))
-	st, err := s.Queue.Cancel(ctx, id)
+// stops its agent.
+func (s *Service) Cancel(ctx context.Context, id string) (*Change, error) {
+	if id == "" || proto.Token(id) != id {
+		return nil, refuse(http.StatusNotFound, "no such job")
+	}
+	log := s.log(ctx).With(zap.String("job", id))
+	st, err := s.cfg.Queue.Cancel(ctx, id)
 	switch {
 	case errors.Is(err, status.ErrNotFound):
 		return nil, refuse(http.StatusNotFound, "no such job")
@@ -76,24 +93,26 @@ func (s *Server) Cancel(ctx context.Context, id string) (*JobChange, error) {
 		return nil, refuse(http.StatusServiceUnavailable, "could not cancel the job: JetStream unavailable")
 	}
 	log.Info("job cancelled by hand")
-	return &JobChange{Job: refOf(&st.Job), State: st.State}, nil
+	return &Change{Job: RefOf(&st.Job), State: st.State}, nil
 }
 
 // Retry re-queues a dead-lettered job as a fresh job linked to it. The new
 // id follows from the old id and its place in JOBS_DLQ, so retrying the
-// same dead letter twice names the same job. POST /jobs/{id}/retry and the
-// dashboard both call it.
-func (s *Server) Retry(ctx context.Context, id string) (*JobChange, error) {
-	st, err := s.Status(ctx, id)
+// same dead letter twice names the same job.
+func (s *Service) Retry(ctx context.Context, id string) (*Change, error) {
+	st, err := s.Job(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	log := logFromContext(ctx).With(zap.String("job", id))
+	log := s.log(ctx).With(zap.String("job", id))
 	if st.DLQSeq == 0 {
 		return nil, refuse(http.StatusConflict, "job is not dead-lettered (state %s)", st.State)
 	}
-	b := s.backend.Load()
-	raw, _, err := deadLetter(ctx, b.js, st.DLQSeq)
+	c, err := s.connected()
+	if err != nil {
+		return nil, err
+	}
+	raw, _, err := deadLetter(ctx, c.js, st.DLQSeq)
 	if err != nil {
 		log.Warn("reading dead letter", zap.Uint64("dlq_seq", st.DLQSeq), zap.Error(err))
 		return nil, refuse(http.StatusConflict, "the dead letter is no longer in %s", proto.StreamDLQ)
@@ -108,24 +127,24 @@ func (s *Server) Retry(ctx context.Context, id string) (*JobChange, error) {
 	job.RetryOf = old.ID
 	job.Source = proto.Source{System: "api", Event: "retry", Actor: old.Source.Actor}
 	job.CreatedAt = s.nowUTC()
-	ref := refOf(&job)
+	ref := RefOf(&job)
 	dup, err := s.publishOne(ctx, &job)
 	if err != nil {
 		return nil, err
 	}
 	ref.Duplicate = dup
-	return &JobChange{Job: ref, State: proto.StateQueued, RetryOf: old.ID}, nil
+	return &Change{Job: ref, State: proto.StateQueued, RetryOf: old.ID}, nil
 }
 
 // publishOne publishes a job for a person's request. Unlike a webhook, the
 // person can try again, so nothing is spooled: 503 when JetStream is away.
 // It reports whether the job already existed (the same request again).
-func (s *Server) publishOne(ctx context.Context, job *proto.Job) (duplicate bool, err error) {
-	log := logFromContext(ctx).With(zap.String("job", job.ID))
+func (s *Service) publishOne(ctx context.Context, job *proto.Job) (duplicate bool, err error) {
+	log := s.log(ctx).With(zap.String("job", job.ID))
 	if err := job.Validate(); err != nil {
 		return false, refuse(http.StatusBadRequest, "%s", err.Error())
 	}
-	res, err := s.Queue.Enqueue(ctx, job)
+	res, err := s.cfg.Queue.Enqueue(ctx, job)
 	if err != nil {
 		log.Warn("queueing job", zap.Error(err))
 		return false, refuse(http.StatusServiceUnavailable, "could not queue the job: JetStream unavailable")

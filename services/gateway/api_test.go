@@ -15,12 +15,27 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
+// TestAPI's subtests share one gateway, for speed, and nothing else: each
+// makes the jobs it reads or acts on, so each passes alone (-run
+// 'TestAPI/cancel') and in any order.
 func TestAPI(t *testing.T) {
 	t.Parallel()
 	e, g := newGateway(t, nil)
 	auth := map[string]string{"Authorization": "Bearer " + apiToken, "Content-Type": "application/json"}
+	// enqueue queues a job by hand under its own key and returns its id.
+	enqueue := func(t *testing.T, key string) string {
+		t.Helper()
+		req := []byte(`{"project":"widgets","kind":"implement","task":{"id":"WID-` + key + `","title":"By hand"},"key":"` + key + `"}`)
+		code, body := g.do(t, http.MethodPost, "/jobs", auth, req)
+		var a accepted
+		if err := json.Unmarshal(body, &a); err != nil || code != http.StatusAccepted || len(a.Jobs) != 1 {
+			t.Fatalf("POST /jobs: %d %s", code, body)
+		}
+		return a.Jobs[0].ID
+	}
 
 	t.Run("write endpoints need the token", func(t *testing.T) {
+		t.Parallel()
 		for _, path := range []string{"/jobs", "/jobs/abc/cancel", "/jobs/abc/retry"} {
 			if code, body := g.do(t, http.MethodPost, path, nil, []byte(`{}`)); code != http.StatusUnauthorized {
 				t.Errorf("POST %s without token: %d %s", path, code, body)
@@ -31,8 +46,8 @@ func TestAPI(t *testing.T) {
 		}
 	})
 
-	var manual string
 	t.Run("enqueue by hand", func(t *testing.T) {
+		t.Parallel()
 		req := []byte(`{"project":"widgets","kind":"implement","task":{"id":"WID-9","title":"By hand"},"key":"k1"}`)
 		code, body := g.do(t, http.MethodPost, "/jobs", auth, req)
 		if code != http.StatusAccepted {
@@ -43,7 +58,7 @@ func TestAPI(t *testing.T) {
 		if len(a.Jobs) != 1 || a.Jobs[0].Task != "wid-9" || a.Jobs[0].Kind != "implement" {
 			t.Fatalf("POST /jobs answer %s", body)
 		}
-		manual = a.Jobs[0].ID
+		manual := a.Jobs[0].ID
 		if _, again := g.do(t, http.MethodPost, "/jobs", auth, req); !strings.Contains(string(again), manual) {
 			t.Errorf("the same key named another job: %s", again)
 		}
@@ -55,6 +70,8 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("get a job", func(t *testing.T) {
+		t.Parallel()
+		manual := enqueue(t, "get")
 		code, body := g.read(t, "/jobs/"+manual)
 		var ans struct {
 			Job    proto.Job    `json:"job"`
@@ -69,6 +86,8 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("cancel", func(t *testing.T) {
+		t.Parallel()
+		manual := enqueue(t, "cancel")
 		code, body := g.do(t, http.MethodPost, "/jobs/"+manual+"/cancel", auth, nil)
 		if code != http.StatusOK || !strings.Contains(string(body), `"cancelled"`) {
 			t.Errorf("cancel: %d %s", code, body)
@@ -82,6 +101,8 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("retry a dead letter", func(t *testing.T) {
+		t.Parallel()
+		manual := enqueue(t, "alive")
 		if code, body := g.do(t, http.MethodPost, "/jobs/"+manual+"/retry", auth, nil); code != http.StatusConflict {
 			t.Errorf("retry of a job not dead-lettered: %d %s", code, body)
 		}
@@ -116,6 +137,7 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("closing a pull request cancels its task and queues a cleanup", func(t *testing.T) {
+		t.Parallel()
 		opened := g.postPR(t, 77, "opened")
 		review := opened.Jobs[0].ID
 		natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
@@ -140,7 +162,18 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("queue figures", func(t *testing.T) {
-		q := g.queue(t)
+		t.Parallel()
+		manual := enqueue(t, "figures")
+		var q queueAnswer
+		natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+			q = g.queue(t)
+			for _, r := range q.Recent {
+				if r.ID == manual {
+					return nil
+				}
+			}
+			return fmt.Errorf("job %s not among the recent jobs yet", manual)
+		})
 		if q.Stream == nil || q.Consumer != nil && q.Consumer.Pending > q.Stream.Messages {
 			t.Errorf("stream figures %+v", q)
 		}
@@ -155,6 +188,8 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
+		t.Parallel()
+		g.postPR(t, 78, "opened")
 		body := g.metrics(t)
 		for _, want := range []string{
 			`orch_gateway_webhooks_total{event="pull_request",outcome="queued",source="gitea"}`,
@@ -169,6 +204,7 @@ func TestAPI(t *testing.T) {
 	})
 
 	t.Run("request id", func(t *testing.T) {
+		t.Parallel()
 		req, _ := http.NewRequest(http.MethodGet, g.url+"/healthz", nil)
 		req.Header.Set("X-Request-Id", "abc-123")
 		resp, err := http.DefaultClient.Do(req)

@@ -403,6 +403,13 @@ func (q *Queue) Apply(ctx context.Context, source, event string, d trigger.Decis
 // Drain carries out the spool, in order, until ctx ends. An entry that
 // fails for good (Permanent) is handed back as spool.ErrPermanent, and the
 // spool moves it to its quarantine: the entries behind it go on.
+//
+// Its waits between tries are spool.Run's, not kit/backoff's: the same
+// short retry after every failure, ended early by a Kick (a new entry,
+// JetStream connected). A doubling delay would save little (a failed try
+// is one publish that fails fast) and would leave webhooks on the disk
+// for up to its cap after JetStream is back, since a reconnect kicks
+// nothing; and backoff.Sleep cannot end on a Kick.
 func (q *Queue) Drain(ctx context.Context, retry time.Duration) {
 	log := q.log.Named("spool")
 	q.spool.Run(ctx, func(ctx context.Context, e *spool.Entry) error {

@@ -28,6 +28,9 @@ type upstream struct {
 	release chan struct{}
 	model   string
 	status  int // answer with this status and an API error instead, when set
+	// pause is slept between events, as the API takes its time between
+	// them.
+	pause time.Duration
 	mu      sync.Mutex
 	seen    []http.Header
 	paths   []string
@@ -69,7 +72,8 @@ func (up *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Stream bool `json:"stream"`
 	}
-	json.NewDecoder(r.Body).Decode(&req)
+	raw, _ := io.ReadAll(r.Body)
+	json.Unmarshal(raw, &req)
 	if up.status != 0 {
 		w.Header().Set("retry-after", "30")
 		w.Header().Set("content-type", "application/json")
@@ -97,6 +101,7 @@ func (up *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		io.WriteString(w, e)
 		w.(http.Flusher).Flush()
+		time.Sleep(up.pause)
 	}
 }
 
@@ -295,5 +300,57 @@ func TestAgentEnvHoldsOnlyPlaceholders(t *testing.T) {
 	}
 	if !slices.Equal(env, want) {
 		t.Fatalf("AgentEnv:\n got %q\nwant %q", env, want)
+	}
+}
+
+// TestAnswerStartingBeforeTheBodyIsSentArrivesWhole has an upstream that
+// answers while the request body is still coming, as HTTP allows: the
+// proxy must go on sending the body after the answer's header went back.
+func TestAnswerStartingBeforeTheBodyIsSentArrivesWhole(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).EnableFullDuplex()
+		w.Header().Set("content-type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "data: read %d %v\n\n", n, err)
+	}))
+	defer up.Close()
+	f := setup(t, egress.Options{ModelUpstream: up.URL, APIKey: "k"})
+	const size = 8 << 20
+	resp, err := http.Post(f.base+"/model/v1/messages", "application/json", strings.NewReader(strings.Repeat("x", size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("data: read %d <nil>\n\n", size); err != nil || string(b) != want {
+		t.Fatalf("answer %q %v, want %q", b, err, want)
+	}
+}
+
+// TestManyAnswersInARowAllArriveWhole sends streamed and whole requests
+// one after another on one connection: the transport's last read of a
+// request body can come after the answer started, which must not cut the
+// answer.
+func TestManyAnswersInARowAllArriveWhole(t *testing.T) {
+	up := newStreamingUpstream(t)
+	up.pause = time.Millisecond
+	f := setup(t, egress.Options{ModelUpstream: up.URL, APIKey: "k"})
+	for i := range 300 {
+		stream := i%2 == 1
+		body := fmt.Sprintf(`{"model":"claude-sonnet-4-5","stream":%v}`, stream)
+		resp, err := http.Post(f.base+"/model/v1/messages", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d (stream %v): %s %v after %d bytes", i, stream, resp.Status, err, len(b))
+		}
+	}
+	if u := f.proxy.Usage(); u.Requests != 300 || u.OutputTokens != 150*60+150*100 {
+		t.Fatalf("usage %+v", u)
 	}
 }

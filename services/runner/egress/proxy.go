@@ -278,6 +278,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.handlers.Done()
+	if r.Method != http.MethodConnect {
+		// The reverse proxies may still read the request body (to its
+		// end) after the answer's header went out; without full duplex
+		// net/http closes the body then, and the upstream request fails.
+		http.NewResponseController(w).EnableFullDuplex()
+	}
 	switch {
 	case r.Method == http.MethodConnect:
 		p.tunnel(w, r)

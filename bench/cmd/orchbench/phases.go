@@ -61,6 +61,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	if err := b.dispatchRows(ctx, t, log); err != nil {
 		return err
 	}
+	if err := b.egressRows(ctx, t, log); err != nil {
+		return err
+	}
 
 	log("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
 	rawPickup, err := b.rawPickup(ctx)
@@ -153,6 +156,13 @@ func (b *bench) dispatchOnly(ctx context.Context, t *table) error {
 		return err
 	}
 	return b.dispatchRows(ctx, t, log)
+}
+
+// egressOnly runs the egress proxy rows alone (-only egress): they need
+// no service.
+func (b *bench) egressOnly(ctx context.Context, t *table) error {
+	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	return b.egressRows(ctx, t, log)
 }
 
 // drainOnly runs the drain rows alone (-only drain), with only the runner

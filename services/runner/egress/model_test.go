@@ -31,9 +31,9 @@ type upstream struct {
 	// pause is slept between events, as the API takes its time between
 	// them.
 	pause time.Duration
-	mu      sync.Mutex
-	seen    []http.Header
-	paths   []string
+	mu    sync.Mutex
+	seen  []http.Header
+	paths []string
 }
 
 func newStreamingUpstream(t *testing.T) *upstream {

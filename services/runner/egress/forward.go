@@ -44,6 +44,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport:     p.direct,
 		FlushInterval: -1,
+		ErrorLog:      p.errLog,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if de := (*denyError)(nil); errors.As(err, &de) {
 				p.refuse(w, http.StatusForbidden, de.target, de.reason)

@@ -163,6 +163,7 @@ func (p *Proxy) gitProxy(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport:     p.upstream,
 		FlushInterval: -1,
+		ErrorLog:      p.errLog,
 		// A redirect to the origin itself comes back through the proxy.
 		ModifyResponse: func(resp *http.Response) error {
 			if loc := resp.Header.Get("Location"); loc != "" {

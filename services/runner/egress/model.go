@@ -38,6 +38,7 @@ func (p *Proxy) modelAPI(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport:      p.upstream,
 		FlushInterval:  -1,
+		ErrorLog:       p.errLog,
 		ModifyResponse: p.meterAnswer,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.log.Info("model API request failed", zap.String("path", r.URL.Path), zap.Error(err))

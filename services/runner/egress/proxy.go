@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -37,6 +38,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Defaults of Options.
@@ -127,6 +129,9 @@ type Proxy struct {
 	upstream *http.Transport
 	srv      *http.Server
 	served   chan struct{}
+	// errLog takes net/http's own complaints (a client gone mid-answer),
+	// at debug level: they are the agent's business, not the operator's.
+	errLog *log.Logger
 	// tunnelSlots holds one token per open tunnel.
 	tunnelSlots chan struct{}
 
@@ -182,7 +187,7 @@ func Serve(ln net.Listener, o Options) (*Proxy, error) {
 		Handler:           p,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       p.o.IdleTimeout,
-		ErrorLog:          zap.NewStdLog(p.log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		ErrorLog:          p.errLog,
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			switch s {
 			case http.StateNew:
@@ -222,6 +227,7 @@ func newProxy(o Options) (*Proxy, error) {
 		tunnelSlots: make(chan struct{}, o.MaxTunnels),
 		hijacked:    map[net.Conn]struct{}{},
 	}
+	p.errLog, _ = zap.NewStdLogAt(p.log, zapcore.DebugLevel)
 	var err error
 	if p.allow, err = parseAllowlist(o.Allow); err != nil {
 		return nil, err

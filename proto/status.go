@@ -65,6 +65,16 @@ type Status struct {
 	Alerted bool `json:"alerted,omitempty"`
 	// DLQSeq is the job's sequence in StreamDLQ once it is dead-lettered.
 	DLQSeq uint64 `json:"dlq_seq,omitempty"`
+	// Sandbox is how the runner confined the attempt's agent: "bwrap"
+	// (bubblewrap) or "none" (unconfined: it could read what the runner
+	// can); empty in a record of a runner from before confinement.
+	Sandbox string `json:"sandbox,omitempty"`
+	// Network is what a confined agent could reach: "allowlist" (only the
+	// job's egress proxy), "open" or "none"; empty when unconfined.
+	Network string `json:"network,omitempty"`
+	// Limits says how the agent's memory and process limits were applied:
+	// "rlimit" or "none" (no limit set).
+	Limits string `json:"limits,omitempty"`
 }
 
 // DecodeStatus parses a status record.

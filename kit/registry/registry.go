@@ -74,6 +74,10 @@ type Project struct {
 	// the top); empty checks out everything. A worktree keeps what it was
 	// made with.
 	SparseCheckout []string `yaml:"sparse_checkout"`
+	// Egress are more host[:port] entries (port 443 when left out) this
+	// project's confined agents may reach, besides ORCH_AGENT_EGRESS, the
+	// project's git host and the model API (a package registry).
+	Egress []string `yaml:"egress"`
 	// trust is TrustedActors parsed, as the triggers match them.
 	trust trustSet
 	// Writeback says what the notifier writes back to the tracker a job

@@ -36,6 +36,11 @@ func (m Metrics) Gauge(name, help string) prometheus.Gauge {
 	return m.f.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
 
+// GaugeVec is a gauge with labels.
+func (m Metrics) GaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return m.f.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
 // GaugeFunc is a gauge whose value value reads at every scrape, so that
 // it is never stale.
 func (m Metrics) GaugeFunc(name, help string, value func() float64) prometheus.GaugeFunc {

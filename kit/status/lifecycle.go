@@ -151,6 +151,21 @@ func StartAttempt(attempt, maxAttempts int, runner, logPath string, now time.Tim
 	}}
 }
 
+// With is t that also applies set to the record once t's guard held and
+// t changed it: what a runner adds to a transition of its own (how it
+// confined the attempt, on StartAttempt).
+func (t Transition) With(set func(*proto.Status)) Transition {
+	apply := t.apply
+	t.apply = func(st *proto.Status) error {
+		if err := apply(st); err != nil {
+			return err
+		}
+		set(st)
+		return nil
+	}
+	return t
+}
+
 // Progress applies set to the running record of attempt; set changes only
 // what the attempt reports while it runs, never the state or the attempt.
 func Progress(attempt int, set func(*proto.Status)) Transition {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
 // Config is the runner's configuration, read from ORCH_ variables; the
@@ -68,6 +69,34 @@ type Config struct {
 	// does not take it; what does not fit is dropped, and the log says
 	// so. It must be above 0.
 	LogBuffer service.ByteSize `env:"LOG_BUFFER" envDefault:"8MiB"`
+
+	// AgentSandbox confines every agent (package sandbox): auto uses
+	// bubblewrap when it works on this host, found by trying it at start,
+	// and runs unconfined, saying so, when it does not; bwrap requires
+	// it (the runner does not start without); none runs unconfined.
+	AgentSandbox sandbox.Mode `env:"AGENT_SANDBOX" envDefault:"auto"`
+	// AgentNetwork is what a confined agent may reach: allowlist, only
+	// the job's egress proxy (AgentEgress, the project's egress, its git
+	// host and the model API); open, the host's network; none, nothing.
+	AgentNetwork sandbox.Network `env:"AGENT_NETWORK" envDefault:"allowlist"`
+	// AgentEgress are the host[:port] entries (port 443 when left out)
+	// every project's agents may reach under the allowlist.
+	AgentEgress []string `env:"AGENT_EGRESS"`
+	// AgentSandboxRO and AgentSandboxRW are more paths of the host a
+	// confined agent sees, read-only or writable (a toolchain, a build
+	// cache), colon-separated.
+	AgentSandboxRO []string `env:"AGENT_SANDBOX_RO" envSeparator:":"`
+	AgentSandboxRW []string `env:"AGENT_SANDBOX_RW" envSeparator:":"`
+	// AgentMemoryMax bounds each agent process's memory (RLIMIT_DATA);
+	// empty or 0 is no limit.
+	AgentMemoryMax service.ByteSize `env:"AGENT_MEMORY_MAX"`
+	// AgentPidsMax bounds the agent user's processes (RLIMIT_NPROC; not
+	// applied to root); 0 is no limit.
+	AgentPidsMax int `env:"AGENT_PIDS_MAX"`
+	// GitCredentialsFile is a git-credential-store file whose entry for
+	// a project's git host the egress proxy adds to a confined agent's
+	// git requests, so that it can push without holding the token.
+	GitCredentialsFile string `env:"GIT_CREDENTIALS_FILE"`
 }
 
 // SetDefaults gives a Config built in Go its defaults (see
@@ -97,6 +126,22 @@ func (c *Config) Validate() error {
 	}
 	if c.LogBuffer < 1 {
 		errs = append(errs, errors.New("ORCH_LOG_BUFFER must be above 0: it bounds the agent output a runner holds while JetStream does not take it"))
+	}
+	if !c.AgentSandbox.Valid() {
+		errs = append(errs, fmt.Errorf("ORCH_AGENT_SANDBOX %q: want auto, bwrap or none", c.AgentSandbox))
+	}
+	if !c.AgentNetwork.Valid() {
+		errs = append(errs, fmt.Errorf("ORCH_AGENT_NETWORK %q: want allowlist, open or none", c.AgentNetwork))
+	}
+	if c.AgentMemoryMax < 0 || c.AgentPidsMax < 0 {
+		errs = append(errs, errors.New("ORCH_AGENT_MEMORY_MAX and ORCH_AGENT_PIDS_MAX must not be negative"))
+	}
+	for _, p := range append(append([]string(nil), c.AgentSandboxRO...), c.AgentSandboxRW...) {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("ORCH_AGENT_SANDBOX_RO/RW: %q is not an absolute path", p))
+		} else if _, err := os.Stat(p); err != nil {
+			errs = append(errs, fmt.Errorf("ORCH_AGENT_SANDBOX_RO/RW: %w", err))
+		}
 	}
 	if _, err := agent.SplitArgs(c.AgentCommand); err != nil {
 		errs = append(errs, fmt.Errorf("ORCH_AGENT_COMMAND: %w", err))

@@ -141,7 +141,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if job.Kind != proto.KindCleanup {
 		preparing.Go(func() { co, coErr = r.prepareTimed(ctx, log, job, p, attempt) })
 	}
-	st, err := r.status.ApplyFrom(ctx, job, rec.st, rec.rev, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()))
+	st, err := r.status.ApplyFrom(ctx, job, rec.st, rec.rev, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()).With(r.conf.record))
 	preparing.Wait()
 	switch {
 	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateCancelled:
@@ -193,7 +193,13 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 			append(agentEnv, "ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
 				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
 	}
-	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath))
+	spec.Notes = &agent.Notes{}
+	stopConfine, err := r.confine(log, job, p, dir, &spec)
+	if err != nil {
+		return fail(err)
+	}
+	defer stopConfine()
+	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()))
 	res, err := r.runAgent(ctx, log, job, attempt, spec)
 	if err != nil {
 		return fail(err)

@@ -107,6 +107,11 @@ func (e *env) config(name, agentCommand string) runner.Config {
 		AckWait:   3 * time.Second,
 		KillGrace: 200 * time.Millisecond,
 		Name:      name,
+		// Stand-in agents record their runs outside their worktree and
+		// read the transcripts of agent/testdata: a confined agent (auto
+		// picks bubblewrap where it works) may too.
+		AgentSandboxRW: []string{e.runs},
+		AgentSandboxRO: []string{testdataDir(e.t)},
 	}
 }
 
@@ -154,7 +159,7 @@ func (e *env) startProcess(name, agentCommand string, vars ...string) *process {
 	p.cmd.Env = append(append(os.Environ(), runnerProcessEnv+"=1",
 		"ORCH_NATS_URL="+e.srv.URL(), "ORCH_DATA_DIR="+e.dir, "ORCH_PROJECTS_FILE="+e.projects,
 		"ORCH_AGENT_COMMAND="+agentCommand, "ORCH_WORKSPACE_DIR="+filepath.Join(e.dir, "ws-"+name),
-		"ORCH_RUNNER_NAME="+name, "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console",
+		"ORCH_RUNNER_NAME="+name, "ORCH_RETRY_DELAY=100ms", "ORCH_LOG_FORMAT=console", "ORCH_AGENT_SANDBOX_RW="+e.runs, "ORCH_AGENT_SANDBOX_RO="+testdataDir(e.t),
 		// Any free port: runner processes run side by side.
 		"ORCH_HTTP_ADDR=127.0.0.1:0"), vars...)
 	logf, err := os.Create(p.log)
@@ -254,9 +259,70 @@ func (e *env) lines(name string) []string {
 	return strings.Fields(strings.ReplaceAll(string(data), "\n", " "))
 }
 
+// pid is the process id an agent wrote into the file name under runs, as
+// the host sees it: a confined agent's $$ is its pid in the sandbox's own
+// pid namespace (see hostPid).
 func (e *env) pid(name string) int {
 	e.t.Helper()
-	return testkit.ReadPid(e.t, filepath.Join(e.runs, name))
+	return hostPid(e.t, e.dir, testkit.ReadPid(e.t, filepath.Join(e.runs, name)))
+}
+
+// hostPid is the host's pid of the live process that is pid in its own
+// pid namespace and whose environment names dir (the test's directory,
+// in ORCH_TASK_FILE, which every process of a test's agent inherits); pid
+// itself when that is a process of the host's namespace, as an
+// unconfined agent's is.
+func hostPid(t *testing.T, dir string, pid int) int {
+	t.Helper()
+	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err == nil && len(nsPids(pid)) == 1 && strings.Contains(string(env), dir) {
+		return pid
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		host, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		ns := nsPids(host)
+		if len(ns) < 2 || ns[len(ns)-1] != pid {
+			continue
+		}
+		if env, err := os.ReadFile(filepath.Join("/proc", en.Name(), "environ")); err == nil && strings.Contains(string(env), dir) {
+			return host
+		}
+	}
+	t.Fatalf("no live process is pid %d of a sandbox of this test's", pid)
+	return 0
+}
+
+// nsPids is the NSpid line of /proc/<pid>/status: the process's pid in
+// each pid namespace from the host's down to its own; nil when there is
+// no such process.
+func nsPids(pid int) []int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			var out []int
+			for _, f := range strings.Fields(rest) {
+				n, _ := strconv.Atoi(f)
+				out = append(out, n)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// testdataDir is agent/testdata, the transcripts stand-in agents print.
+func testdataDir(t testing.TB) string {
+	d, err := filepath.Abs(filepath.Join("agent", "testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // The overlap tracker. Agents made with trackedAgent write, per run, a file
@@ -317,14 +383,37 @@ func (tr *tracker) poll() {
 		if strings.Contains(string(data), "end ") {
 			continue
 		}
-		pid, _ := strconv.Atoi(f[strings.LastIndexByte(f, '.')+1:])
-		if pid > 0 && !agent.Alive(pid) {
+		if !runAlive(filepath.Base(f)) {
 			now := time.Now().UnixNano()
 			tr.mu.Lock()
 			tr.gone[f] = now
 			tr.mu.Unlock()
 		}
 	}
+}
+
+// runAlive reports whether a process of the run that wrote the run file
+// name (run.<job>.<attempt>.<pid>) is alive: one whose environment has
+// that job and attempt. A confined agent's pid is of its sandbox's pid
+// namespace, so the pid alone does not tell.
+func runAlive(name string) bool {
+	parts := strings.Split(name, ".")
+	if len(parts) != 4 {
+		return false
+	}
+	job, attempt := "ORCH_JOB_ID="+parts[1]+"\x00", "ORCH_ATTEMPT="+parts[2]+"\x00"
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", en.Name(), "environ"))
+		if err == nil && strings.Contains(string(env), job) && strings.Contains(string(env), attempt) && agent.Alive(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // result returns the maximum overlap and, per job, how many runs finished.

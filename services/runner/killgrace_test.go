@@ -35,7 +35,9 @@ for p in $(cat $RUNS/agent.1.pid $RUNS/child.pid); do
   fi
 done
 `)
-	vars := []string{"ORCH_ACK_WAIT=3s", "ORCH_AGENT_KILL_GRACE=0"}
+	// Unconfined: the later agent looks for the first one's processes in
+	// /proc, which a sandbox's own pid namespace would hide.
+	vars := []string{"ORCH_ACK_WAIT=3s", "ORCH_AGENT_KILL_GRACE=0", "ORCH_AGENT_SANDBOX=none"}
 	e.startProcess("cut-off", agentCmd, append(vars, "ORCH_NATS_URL="+p.url)...)
 	j := job("kill-grace-zero", "task-grace", proto.KindImplement)
 	e.enqueue(j)

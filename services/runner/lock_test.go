@@ -15,6 +15,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
 // A runner process SIGKILLed while its agent runs: another runner starts
@@ -50,7 +51,11 @@ for p in $(cat $RUNS/agent.1.pid $RUNS/child.pid); do
   fi
 done
 `)
-			proc := e.startProcess("crashed", agentCmd, tc.vars...)
+			// Unconfined: the second agent looks for the first one's
+			// processes in /proc, which a sandbox's own pid namespace
+			// would hide (TestConfinedAgentLeavesNothing is the confined
+			// case).
+			proc := e.startProcess("crashed", agentCmd, append(tc.vars, "ORCH_AGENT_SANDBOX=none")...)
 			j := job("crash-"+strings.ReplaceAll(tc.name, " ", "-"), "task-crash", proto.KindImplement)
 			e.enqueue(j)
 			first, child := e.pid("agent.1.pid"), e.pid("child.pid")
@@ -60,6 +65,7 @@ done
 			proc.kill()
 			cfg := e.config("after", agentCmd)
 			cfg.AckWait, cfg.KillGrace = tc.ackWait, tc.killGrace
+			cfg.AgentSandbox = sandbox.ModeNone
 			e.start(cfg)
 
 			st := e.waitState(j.ID, proto.StateDone, tc.ackWait+60*time.Second)

@@ -50,6 +50,11 @@ type metrics struct {
 	cost     *prometheus.CounterVec
 	turns    *prometheus.CounterVec
 	exits    *prometheus.CounterVec
+	// egressDenied counts the connections a job's egress proxy refused,
+	// by project; sandbox is 1 for the confinement this runner uses
+	// (mode bwrap or none), set at start.
+	egressDenied *prometheus.CounterVec
+	sandbox      *prometheus.GaugeVec
 
 	// nc is the NATS connection, once there is one; bound is true while
 	// the consumer delivers jobs to this runner.
@@ -64,17 +69,19 @@ type metrics struct {
 func newMetrics() *metrics {
 	f := service.NewMetrics("runner")
 	m := &metrics{
-		reg:      f.Registry,
-		known:    func(string) bool { return false },
-		finished: f.CounterVec("orch_runner_jobs_finished_total", "Attempts settled, by kind, project and outcome: done, retry, failed (last attempt or cannot run), cancelled, lost_lease (the job went to another runner), handed_back (shutdown).", "kind", "project", "outcome"),
-		jobDur:   f.HistogramVec("orch_runner_job_duration_seconds", "One attempt from holding the task's lock to its settle (worktree, agent, status writes), by kind and outcome.", minutesBuckets, "kind", "outcome"),
-		agentDur: f.HistogramVec("orch_runner_agent_duration_seconds", "How long the agent process ran, by kind.", minutesBuckets, "kind"),
-		prepDur:  f.Histogram("orch_runner_worktree_prepare_seconds", "Fetching the project's clone and preparing the task's worktree.", []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
-		wait:     f.HistogramVec("orch_runner_queue_wait_seconds", "From the job's creation (webhook accepted) to its first attempt starting, by kind.", []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}, "kind"),
-		running:  f.Gauge("orch_runner_agents_running", "Agent processes this runner runs now."),
-		cost:     f.CounterVec("orch_runner_cost_usd_total", "Cost the agent reported (Claude Code's total_cost_usd), by project and kind.", "project", "kind"),
-		turns:    f.CounterVec("orch_runner_agent_turns_total", "Turns the agent reported (Claude Code's num_turns), by project and kind.", "project", "kind"),
-		exits:    f.CounterVec("orch_runner_agent_exits_total", "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.", "code"),
+		reg:          f.Registry,
+		known:        func(string) bool { return false },
+		finished:     f.CounterVec("orch_runner_jobs_finished_total", "Attempts settled, by kind, project and outcome: done, retry, failed (last attempt or cannot run), cancelled, lost_lease (the job went to another runner), handed_back (shutdown).", "kind", "project", "outcome"),
+		jobDur:       f.HistogramVec("orch_runner_job_duration_seconds", "One attempt from holding the task's lock to its settle (worktree, agent, status writes), by kind and outcome.", minutesBuckets, "kind", "outcome"),
+		agentDur:     f.HistogramVec("orch_runner_agent_duration_seconds", "How long the agent process ran, by kind.", minutesBuckets, "kind"),
+		prepDur:      f.Histogram("orch_runner_worktree_prepare_seconds", "Fetching the project's clone and preparing the task's worktree.", []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}),
+		wait:         f.HistogramVec("orch_runner_queue_wait_seconds", "From the job's creation (webhook accepted) to its first attempt starting, by kind.", []float64{.1, .5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}, "kind"),
+		running:      f.Gauge("orch_runner_agents_running", "Agent processes this runner runs now."),
+		cost:         f.CounterVec("orch_runner_cost_usd_total", "Cost the agent reported (Claude Code's total_cost_usd), by project and kind.", "project", "kind"),
+		turns:        f.CounterVec("orch_runner_agent_turns_total", "Turns the agent reported (Claude Code's num_turns), by project and kind.", "project", "kind"),
+		exits:        f.CounterVec("orch_runner_agent_exits_total", "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.", "code"),
+		egressDenied: f.CounterVec("orch_runner_egress_denied_total", "Connections of confined agents that their job's egress proxy refused (not in the allowlist), by project.", "project"),
+		sandbox:      f.GaugeVec("orch_runner_sandbox", "1 for how this runner confines its agents: mode bwrap (bubblewrap) or none (unconfined).", "mode"),
 	}
 	f.GaugeFunc("orch_runner_consumer_bound", "1 while this runner takes jobs from the runner consumer, else 0.", func() float64 {
 		if m.bound.Load() {
@@ -96,6 +103,7 @@ func (m *metrics) project(key string) {
 		m.cost.WithLabelValues(key, string(k))
 		m.turns.WithLabelValues(key, string(k))
 	}
+	m.egressDenied.WithLabelValues(key)
 }
 
 // ready is /readyz: NATS connected and the consumer bound.

@@ -58,6 +58,8 @@ type Runner struct {
 	argv     []string
 	envAllow []string
 	metrics  *metrics
+	// conf is how agents run: confined or not, their network and limits.
+	conf confinement
 }
 
 // Run pulls and runs jobs until ctx is cancelled, then stops taking jobs,
@@ -90,6 +92,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 
 	m := newMetrics()
+	conf, err := chooseConfinement(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	m.sandbox.WithLabelValues(conf.sandboxName()).Set(1)
 	httpSrv, err := service.ServeHTTP(cfg.HTTPAddr, cfg.Listener, m.reg, m.ready, log.Named("http"))
 	if err != nil {
 		return err
@@ -112,7 +119,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
 		cfg: cfg, log: log, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
-		ws: ws, argv: argv, metrics: m,
+		ws: ws, argv: argv, metrics: m, conf: conf,
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	r.projects.Store(projs)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
 // An agent that prints the runner's model key and git credential in its
@@ -47,6 +48,9 @@ printf '{"type":"result","subtype":"success","is_error":%%s,"num_turns":1,"total
 	agentCmd := testkit.Script(t, filepath.Join(e.dir, "bin", "claude"), body) + " -p --output-format stream-json --verbose"
 	cfg := e.config("r1", agentCmd)
 	cfg.MaxAttempts = 1
+	// Unconfined, as the stand-in says: a confined agent never holds
+	// the key or the credential (TestHostileAgentConfined).
+	cfg.AgentSandbox = sandbox.ModeNone
 	e.start(cfg)
 
 	done := job("secret-result", "task-result", proto.KindImplement)

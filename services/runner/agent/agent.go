@@ -47,6 +47,9 @@ type Spec struct {
 	// zero sends SIGKILL right after SIGTERM. The runner counts the same
 	// value in its task lock's staleness, so there is no default here.
 	KillGrace time.Duration
+	// Notes, when set, carry the runner's own lines into LogPath while
+	// the agent runs.
+	Notes *Notes
 }
 
 // Result is how a run ended.
@@ -135,9 +138,11 @@ func run(ctx context.Context, s Spec) Result {
 		Stderr:     out,
 		ExtraFiles: []*os.File{ctlR},
 		SysProcAttr: &syscall.SysProcAttr{
-			// Its own group: a terminal's Ctrl-C reaches the runner only,
-			// which decides what happens to the agent.
-			Setpgid: true,
+			// Its own session, and so its own group: a terminal's Ctrl-C
+			// reaches the runner only, which decides what happens to the
+			// agent, and the agent has no controlling terminal to push
+			// input into (TIOCSTI), confined or not.
+			Setsid: true,
 			// A second signal of the runner's death, besides the pipe.
 			Pdeathsig: syscall.SIGTERM,
 		},
@@ -156,6 +161,10 @@ func run(ctx context.Context, s Spec) Result {
 		return Result{ExitCode: -1, Err: fmt.Errorf("starting agent: %w", err)}
 	}
 	_ = ctlR.Close()
+	if s.Notes != nil {
+		s.Notes.attach(logf, s.Drained)
+		defer s.Notes.attach(nil, nil)
+	}
 	var dr *drain
 	if s.Drained != nil {
 		// The supervisor and the agent hold the write end now; the

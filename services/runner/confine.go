@@ -1,0 +1,313 @@
+package runner
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/egress"
+	"github.com/orch-dev/orch/services/runner/sandbox"
+)
+
+// What a job's record says of its confinement (proto.Status.Sandbox and
+// Limits).
+const (
+	sandboxNone  = "none"
+	sandboxBwrap = "bwrap"
+	limitsNone   = "none"
+	limitsRlimit = "rlimit"
+)
+
+// modelUpstreamDefault is the model API when the runner's environment
+// names none in ANTHROPIC_BASE_URL.
+const modelUpstreamDefault = "https://api.anthropic.com"
+
+// confinement is how this runner runs its agents, decided at start.
+type confinement struct {
+	// bwrap is bubblewrap's path; "" runs agents unconfined.
+	bwrap string
+	// exe is the runner's executable, every sandbox's init.
+	exe     string
+	network sandbox.Network
+	limits  sandbox.Limits
+}
+
+// credentialVars never reach a confined agent: the egress proxy holds
+// the credentials, and the agent gets placeholders and the proxy's
+// addresses from it instead.
+var credentialVars = []string{
+	"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+	"SSH_AUTH_SOCK", "HOME", "TMPDIR",
+}
+
+// proxyVars are the proxy settings an agent on the open network is not
+// given: it reaches hosts itself, and the proxy only for the model API
+// and its git host's credential.
+var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+
+// chooseConfinement decides at start how agents run and says so: a
+// warning when auto falls back to unconfined, the metric, /readyz.
+func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confinement, error) {
+	c := confinement{network: cfg.AgentNetwork, limits: sandbox.Limits{MemoryMax: int64(cfg.AgentMemoryMax), PidsMax: cfg.AgentPidsMax}}
+	exe, err := os.Executable()
+	if err != nil && cfg.AgentSandbox != sandbox.ModeNone {
+		return c, fmt.Errorf("finding the runner's executable, every sandbox's init: %w", err)
+	}
+	c.exe = exe
+	bwrap, warn, err := sandbox.Choose(ctx, cfg.AgentSandbox, exe)
+	if err != nil {
+		return c, err
+	}
+	c.bwrap = bwrap
+	switch {
+	case bwrap != "":
+		log.Info("agents run confined by bubblewrap", zap.String("bwrap", bwrap), zap.String("network", string(c.network)))
+	case cfg.AgentSandbox == sandbox.ModeAuto:
+		log.Warn("agents run UNCONFINED: bubblewrap does not work on this host (ORCH_AGENT_SANDBOX=auto); every agent can read what the runner can, its credentials included; set ORCH_AGENT_SANDBOX=bwrap to refuse to start instead",
+			zap.String("reason", warn))
+	default:
+		log.Warn("agents run UNCONFINED (ORCH_AGENT_SANDBOX=none): every agent can read what the runner can, its credentials included")
+	}
+	if c.limits.PidsMax > 0 && os.Geteuid() == 0 {
+		log.Warn("ORCH_AGENT_PIDS_MAX is an rlimit (RLIMIT_NPROC), which the kernel does not apply to root: run the runner as a non-root user for it to bind")
+	}
+	return c, nil
+}
+
+// sandboxName is what a job's record says of the sandbox.
+func (c confinement) sandboxName() string {
+	if c.bwrap == "" {
+		return sandboxNone
+	}
+	return sandboxBwrap
+}
+
+// networkName is what a job's record says of the agent's network.
+func (c confinement) networkName() string {
+	if c.bwrap == "" {
+		return ""
+	}
+	return string(c.network)
+}
+
+// limitsName is what a job's record says of the limits.
+func (c confinement) limitsName() string {
+	if c.limits.Set() {
+		return limitsRlimit
+	}
+	return limitsNone
+}
+
+// record writes the confinement into a job's record.
+func (c confinement) record(st *proto.Status) {
+	st.Sandbox, st.Network, st.Limits = c.sandboxName(), c.networkName(), c.limitsName()
+}
+
+// confine turns spec into the confined run of job's agent in the worktree
+// dir: the sandbox's command, an environment without the runner's
+// credentials, the task's home, and the job's egress proxy, which the
+// returned stop closes (after the agent ended). Unconfined, it only puts
+// the limits on the agent.
+func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, spec *agent.Spec) (stop func(), err error) {
+	c := r.conf
+	if c.bwrap == "" {
+		var v string
+		if spec.Argv, v = c.limits.Wrap("/proc/self/exe", spec.Argv); v != "" {
+			spec.Env = append(spec.Env, v)
+		}
+		return func() {}, nil
+	}
+	home, err := r.homeDir(job)
+	if err != nil {
+		return nil, err
+	}
+	env := slices.DeleteFunc(slices.Clone(spec.Env), func(kv string) bool {
+		return slices.ContainsFunc(credentialVars, func(name string) bool { return strings.HasPrefix(kv, name+"=") })
+	})
+	env = append(env, "HOME="+home, "TMPDIR=/tmp")
+
+	sj := sandbox.Job{
+		Bwrap: c.bwrap, Init: c.exe, Network: c.network, Argv: spec.Argv, Worktree: dir, Home: home,
+		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
+		Limits: c.limits, PATH: envValue(env, "PATH"),
+	}
+	stop = func() {}
+	if c.network != sandbox.NetNone {
+		proxy, base, sock, err := r.startEgress(log, job, p, spec.Notes)
+		if err != nil {
+			return nil, err
+		}
+		usageLog := log
+		stop = func() {
+			u := proxy.Usage()
+			if err := proxy.Close(); err != nil {
+				log.Warn("closing the egress proxy", zap.Error(err))
+			}
+			if sock != "" {
+				_ = os.RemoveAll(filepath.Dir(sock))
+			}
+			if u.Requests > 0 {
+				usageLog.Info("model requests through the egress proxy", zap.Int64("requests", u.Requests),
+					zap.Int64("input_tokens", u.InputTokens), zap.Int64("output_tokens", u.OutputTokens),
+					zap.Float64("metered_cost_usd", u.CostUSD))
+			}
+		}
+		sj.Socket = sock
+		agentEnv := proxy.AgentEnv(base)
+		if c.network == sandbox.NetOpen {
+			agentEnv = slices.DeleteFunc(agentEnv, func(kv string) bool {
+				return slices.ContainsFunc(proxyVars, func(name string) bool { return strings.HasPrefix(kv, name+"=") })
+			})
+		}
+		env = append(env, agentEnv...)
+	}
+	argv, err := sj.Command()
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	spec.Argv, spec.Env = argv, env
+	return stop, nil
+}
+
+// startEgress starts job's egress proxy: on a unix socket in a private
+// directory of its own, which the sandbox's init forwards to, or, on the
+// open network, on the host's loopback. base is the proxy's address as
+// the agent sees it; sock is "" on the open network.
+func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Project, notes *agent.Notes) (proxy *egress.Proxy, base, sock string, err error) {
+	upstream := cmp.Or(os.Getenv("ANTHROPIC_BASE_URL"), modelUpstreamDefault)
+	allow := slices.Concat(r.cfg.AgentEgress, p.Egress)
+	var gitHosts []string
+	if h, origin := gitHost(p.CloneURL); h != "" {
+		allow = append(allow, h)
+		if origin != "" {
+			gitHosts = append(gitHosts, origin)
+		}
+	}
+	if h, _ := gitHost(upstream); h != "" {
+		allow = append(allow, h)
+	}
+	_, project := r.metrics.labels(job)
+	o := egress.Options{
+		Project: job.Project, Allow: allow, GitHosts: gitHosts, ModelUpstream: upstream,
+		APIKey: os.Getenv("ANTHROPIC_API_KEY"), OAuthToken: os.Getenv("CLAUDE_CODE_OAUTH_TOKEN"),
+		GitCredentials: r.cfg.GitCredentialsFile,
+		LogAllowed:     log.Core().Enabled(zap.DebugLevel),
+		JobLog:         notes.Line,
+		OnDenied:       func(string) { r.metrics.egressDenied.WithLabelValues(project).Inc() },
+		Logger:         log,
+	}
+	if r.conf.network == sandbox.NetOpen {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", "", fmt.Errorf("egress proxy: %w", err)
+		}
+		proxy, err := egress.Serve(ln, o)
+		if err != nil {
+			return nil, "", "", err
+		}
+		return proxy, "http://" + ln.Addr().String(), "", nil
+	}
+	// A unix socket's path has room for about 100 bytes: the system's
+	// temporary directory, not the workspace, holds it.
+	runDir, err := os.MkdirTemp("", "orch-job-")
+	if err != nil {
+		return nil, "", "", fmt.Errorf("egress proxy: %w", err)
+	}
+	sock = filepath.Join(runDir, "egress.sock")
+	if proxy, err = egress.Listen(sock, o); err != nil {
+		_ = os.RemoveAll(runDir)
+		return nil, "", "", err
+	}
+	return proxy, "http://127.0.0.1:" + strconv.Itoa(sandbox.ForwardPort), sock, nil
+}
+
+// homeDir is the private HOME of job's task, kept in the workspace
+// between the task's jobs (an agent's own state, such as ~/.claude).
+func (r *Runner) homeDir(job *proto.Job) (string, error) {
+	home := filepath.Join(r.ws.Root, "homes", proto.Token(job.Project), proto.Token(job.Task.ID))
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", fmt.Errorf("creating the task's home: %w", err)
+	}
+	return home, nil
+}
+
+// scpLike is git's user@host:path form of a remote.
+var scpLike = regexp.MustCompile(`^[^/:]+:`)
+
+// localOrigin is cloneURL's path when it is a local path (tests, a
+// repository on the runner's disk), else "".
+func localOrigin(cloneURL string) string {
+	if u, ok := strings.CutPrefix(cloneURL, "file://"); ok {
+		return u
+	}
+	if cloneURL == "" || strings.Contains(cloneURL, "://") || scpLike.MatchString(cloneURL) {
+		return ""
+	}
+	abs, err := filepath.Abs(cloneURL)
+	if err != nil {
+		return ""
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return ""
+	}
+	return abs
+}
+
+// gitHost is the host:port a URL's requests go to (port 443 or 80 by
+// scheme when it names none), and its origin (scheme://host[:port]) when
+// it is http or https; "" for a local path.
+func gitHost(raw string) (hostport, origin string) {
+	if m := scpLike.FindString(raw); m != "" && !strings.Contains(raw, "://") {
+		host := strings.TrimSuffix(m, ":")
+		if i := strings.LastIndexByte(host, '@'); i >= 0 {
+			host = host[i+1:]
+		}
+		return net.JoinHostPort(host, "22"), ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "", ""
+	}
+	port := u.Port()
+	switch {
+	case port != "":
+	case u.Scheme == "http":
+		port = "80"
+	case u.Scheme == "ssh":
+		port = "22"
+	default:
+		port = "443"
+	}
+	hostport = net.JoinHostPort(u.Hostname(), port)
+	if u.Scheme == "http" || u.Scheme == "https" {
+		origin = u.Scheme + "://" + u.Host
+	}
+	return hostport, origin
+}
+
+// envValue is the value of name in env ("KEY=value" entries), the last
+// one winning.
+func envValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if s, ok := strings.CutPrefix(kv, name+"="); ok {
+			v = s
+		}
+	}
+	return v
+}

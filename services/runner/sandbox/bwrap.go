@@ -1,0 +1,207 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// InitPath is where the runner's executable is bound in every sandbox.
+const InitPath = "/run/orch/init"
+
+// SocketPath is where the egress proxy's unix socket is bound.
+const SocketPath = "/run/orch/egress.sock"
+
+// ForwardPort is the port on the sandbox's loopback where init forwards
+// to the egress proxy. Every sandbox has its own network namespace under
+// the allowlist, so one fixed port serves them all.
+const ForwardPort = 3128
+
+// Job is what one confined run of an agent may see and do.
+type Job struct {
+	// Bwrap is bwrap's path (Choose).
+	Bwrap string
+	// Init is the runner's executable on the host.
+	Init string
+	// Network is what the agent may reach.
+	Network Network
+	// Socket is the egress proxy's unix socket on the host, which init
+	// forwards 127.0.0.1:ForwardPort to; empty, no forwarder (the network
+	// none, or open, where the agent reaches the proxy on the host's
+	// loopback itself).
+	Socket string
+	// Argv is the agent's command, as the runner would run it.
+	Argv []string
+	// Worktree is the task's worktree, the working directory.
+	Worktree string
+	// Home is the task's private HOME, kept between its jobs.
+	Home string
+	// Origin is the project's clone_url when it is a local path, bound
+	// so that the agent can push to it, with its config and hooks
+	// read-only; "" for a URL.
+	Origin string
+	// RO and RW are the operator's own paths (ORCH_AGENT_SANDBOX_RO and
+	// ORCH_AGENT_SANDBOX_RW).
+	RO, RW []string
+	// Limits are applied to the agent by init (see Limits).
+	Limits Limits
+	// PATH is the agent's PATH, where its program is looked up.
+	PATH string
+}
+
+// Command is the argv that runs j's agent in its sandbox: bwrap, its
+// options, then init and the agent's own argv. Every path it binds must
+// exist: the worktree, its git directories and the home are made by the
+// runner before (Home is created here when missing).
+func (j Job) Command() ([]string, error) {
+	if len(j.Argv) == 0 {
+		return nil, errors.New("empty agent command")
+	}
+	if err := os.MkdirAll(j.Home, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the task's home: %w", err)
+	}
+	args := []string{j.Bwrap}
+	args = append(args, namespaceArgs(j.Network)...)
+	args = append(args, systemArgs()...)
+	args = append(args, "--tmpfs", "/tmp", "--dir", "/run/orch")
+
+	progs, err := programArgs(j.Argv, j.PATH)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, progs...)
+	for _, p := range j.RO {
+		args = append(args, "--ro-bind", p, p)
+	}
+	git, err := gitArgs(j.Worktree)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, git...)
+	if j.Origin != "" {
+		args = append(args, "--bind", j.Origin, j.Origin)
+		for _, f := range []string{"config", "hooks", ".git/config", ".git/hooks"} {
+			args = append(args, "--ro-bind-try", filepath.Join(j.Origin, f), filepath.Join(j.Origin, f))
+		}
+	}
+	args = append(args, "--bind", j.Home, j.Home)
+	for _, p := range j.RW {
+		args = append(args, "--bind", p, p)
+	}
+
+	spec := initSpec{Limits: j.Limits}
+	if j.Socket != "" {
+		spec.Listen = fmt.Sprintf("127.0.0.1:%d", ForwardPort)
+		spec.Socket = SocketPath
+		args = append(args, "--ro-bind", j.Socket, SocketPath)
+	}
+	enc, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, string(enc), "--chdir", j.Worktree,
+		// The sandbox's own root, where bwrap made the mount points,
+		// is read-only too.
+		"--remount-ro", "/", "--", InitPath)
+	return append(args, j.Argv...), nil
+}
+
+// systemDirs are the host's system directories, bound read-only (or, where
+// the host has a symlink such as /bin -> usr/bin, made the same symlink).
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// etcFiles are the parts of /etc a program needs: users and groups, name
+// resolution, TLS certificates, the dynamic linker's cache, Debian's
+// alternatives (the targets of /usr/bin/editor and such), the time zone,
+// git's system config.
+var etcFiles = []string{
+	"passwd", "group", "hosts", "host.conf", "resolv.conf", "nsswitch.conf", "gai.conf",
+	"ssl", "ca-certificates", "ca-certificates.conf", "pki", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+	"alternatives", "localtime", "timezone", "gitconfig", "mime.types", "protocols", "services",
+}
+
+// systemArgs bind the system read-only, a fresh /proc of the sandbox's
+// own pid namespace and a minimal /dev.
+func systemArgs() []string {
+	var args []string
+	for _, d := range systemDirs {
+		fi, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		case fi.IsDir():
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	for _, f := range etcFiles {
+		args = append(args, "--ro-bind-try", "/etc/"+f, "/etc/"+f)
+	}
+	return append(args, "--proc", "/proc", "--dev", "/dev")
+}
+
+// underSystem reports whether path is in one of the system directories,
+// which every sandbox has already.
+func underSystem(path string) bool {
+	for _, d := range systemDirs {
+		if real, err := filepath.EvalSymlinks(d); err == nil && within(path, real) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether path is dir or inside it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// gitArgs give the agent its worktree and, of the project's clone, what
+// git needs to commit in it: objects, refs and logs writable, the
+// worktree's own record (HEAD, index) writable, the rest (config, hooks,
+// packed-refs, the other worktrees' records) read-only or hidden. The
+// worktree's .git file is read-only: rewritten, it could point the
+// runner's own git, which runs outside the sandbox, at a config of the
+// agent's.
+func gitArgs(worktree string) ([]string, error) {
+	args := []string{"--bind", worktree, worktree}
+	dotGit := filepath.Join(worktree, ".git")
+	b, err := os.ReadFile(dotGit)
+	if err != nil {
+		return nil, fmt.Errorf("reading the worktree's .git: %w", err)
+	}
+	gitDir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	if !ok {
+		return nil, fmt.Errorf("%s is not a worktree's .git file", dotGit)
+	}
+	if !filepath.IsAbs(gitDir) {
+		gitDir = filepath.Join(worktree, gitDir)
+	}
+	common := gitDir
+	if c, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
+		common = strings.TrimSpace(string(c))
+		if !filepath.IsAbs(common) {
+			common = filepath.Join(gitDir, common)
+		}
+	}
+	common = filepath.Clean(common)
+	// A reflog git cannot create in the read-only clone fails the commit.
+	if err := os.MkdirAll(filepath.Join(common, "logs"), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the clone's logs: %w", err)
+	}
+	args = append(args,
+		"--ro-bind", dotGit, dotGit,
+		"--ro-bind", common, common,
+		"--tmpfs", filepath.Join(common, "worktrees"),
+		"--bind", gitDir, gitDir,
+		"--bind", filepath.Join(common, "objects"), filepath.Join(common, "objects"),
+		"--bind", filepath.Join(common, "refs"), filepath.Join(common, "refs"),
+		"--bind", filepath.Join(common, "logs"), filepath.Join(common, "logs"))
+	return args, nil
+}

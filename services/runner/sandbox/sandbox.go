@@ -1,0 +1,131 @@
+// Package sandbox confines an agent with bubblewrap (bwrap): its own user,
+// pid, ipc, uts and (unless the network is open) network namespaces, a
+// root file system that holds only the system, the agent's program, its
+// task's worktree and the parts of the project's clone git needs, a
+// private HOME and a private /tmp. Nothing of the runner's (its data
+// directory, the other projects' clones, the other tasks' worktrees and
+// homes, the host's /proc) is there.
+//
+// The process tree of a confined job, each started by the one before:
+//
+//	runner ─ supervisor (package agent) ─ bwrap ─ bwrap's pid 1 ─ init ─ agent
+//
+// init is the runner's own binary, bound read-only into the sandbox and
+// started in a marked mode (init.go): under the allowlist network it
+// listens on 127.0.0.1:ForwardPort and copies each connection to the
+// runner's egress proxy over a unix socket bound in, which is the agent's
+// only way out; it starts the agent, with its rlimits, as its child and
+// exits with its status. When the supervisor kills bwrap, bwrap's pid 1
+// dies (--die-with-parent) and the kernel kills everything left in the
+// pid namespace, so the supervisor's no-orphan guarantee holds inside.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Mode is ORCH_AGENT_SANDBOX.
+type Mode string
+
+// The modes: auto confines with bwrap when it works on this host and
+// runs unconfined (saying so) when it does not; bwrap requires it; none
+// runs every agent unconfined.
+const (
+	ModeAuto  Mode = "auto"
+	ModeBwrap Mode = "bwrap"
+	ModeNone  Mode = "none"
+)
+
+// Network is ORCH_AGENT_NETWORK: what a confined agent may reach.
+type Network string
+
+// The networks: allowlist gives the agent only loopback and, over it, the
+// runner's egress proxy; open shares the host's network; none gives it
+// loopback only.
+const (
+	NetAllowlist Network = "allowlist"
+	NetOpen      Network = "open"
+	NetNone      Network = "none"
+)
+
+// Valid reports whether m is one of the modes.
+func (m Mode) Valid() bool { return m == ModeAuto || m == ModeBwrap || m == ModeNone }
+
+// Valid reports whether n is one of the networks.
+func (n Network) Valid() bool { return n == NetAllowlist || n == NetOpen || n == NetNone }
+
+// probeTimeout bounds the start-up trial of bwrap: a host where it hangs
+// cannot confine either.
+const probeTimeout = 20 * time.Second
+
+// Choose decides at start how agents run under mode: the path of bwrap
+// when they are confined, "" when not. init is the runner's executable,
+// which the probe runs inside a sandbox as a job would. For auto, a host
+// where bwrap does not work gives "" and the reason in warn; for bwrap it
+// is the error, naming the problem.
+func Choose(ctx context.Context, mode Mode, init string) (bwrap, warn string, err error) {
+	if mode == ModeNone {
+		return "", "", nil
+	}
+	path, perr := Probe(ctx, init)
+	switch {
+	case perr == nil:
+		return path, "", nil
+	case mode == ModeBwrap:
+		return "", "", fmt.Errorf("ORCH_AGENT_SANDBOX=bwrap: cannot confine agents: %w", perr)
+	default:
+		return "", perr.Error(), nil
+	}
+}
+
+// Probe tries bwrap the way a job uses it: every namespace unshared, and
+// init, the runner's executable, run inside in its probe mode. It returns
+// bwrap's path, or why it does not work, with bwrap's own words.
+func Probe(ctx context.Context, init string) (string, error) {
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		return "", errors.New("bwrap (bubblewrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or set ORCH_AGENT_SANDBOX=none")
+	}
+	if _, err := os.Stat(init); err != nil {
+		return "", fmt.Errorf("the runner's executable, which runs in every sandbox: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	args := append(namespaceArgs(NetAllowlist), systemArgs()...)
+	args = append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
+	cmd := exec.CommandContext(ctx, path, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", fmt.Errorf("bwrap does not work on this host: %s (user namespaces disabled or blocked? see docs/runner.md)", msg)
+	}
+	if strings.TrimSpace(string(out)) != probeAnswer {
+		return "", fmt.Errorf("bwrap ran, but the runner's executable inside answered %q", strings.TrimSpace(string(out)))
+	}
+	return path, nil
+}
+
+// namespaceArgs are the namespaces and process settings of every sandbox.
+func namespaceArgs(n Network) []string {
+	args := []string{
+		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		// No user namespace inside: less of the kernel within reach.
+		"--disable-userns",
+		"--die-with-parent",
+		"--hostname", "orch-agent",
+	}
+	if n != NetOpen {
+		// bwrap brings lo up in a new network namespace.
+		args = append(args, "--unshare-net")
+	}
+	return args
+}

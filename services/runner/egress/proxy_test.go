@@ -180,6 +180,23 @@ func TestPlainHTTPForwardedOnlyToAllowedHost(t *testing.T) {
 	if err != nil || code != 200 || body != "hello from "+allowed.hostport()+" /a" {
 		t.Fatalf("GET allowed: %d %q %v", code, body, err)
 	}
+	// A Host header naming another site does not reach it: the request
+	// goes out to, and with the Host of, the URL's host.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s/h HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", allowed.URL, other.hostport())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "hello from "+allowed.hostport()+" /h" {
+		t.Fatalf("GET with another Host: %q", b)
+	}
 	code, body, err = get(t, c, other.URL+"/")
 	if err != nil || code != http.StatusForbidden || !strings.Contains(body, "not in the allowlist") {
 		t.Fatalf("GET not allowed: %d %q %v", code, body, err)

@@ -179,8 +179,11 @@ func TestModelRequestCarriesTheRealKeyAndStreamsAsUpstreamFlushes(t *testing.T) 
 	if h.Get("X-Api-Key") != "sk-ant-real" || h.Get("Authorization") != "" {
 		t.Fatalf("upstream got x-api-key %q, authorization %q", h.Get("X-Api-Key"), h.Get("Authorization"))
 	}
-	if up.paths[0] != "/v1/messages?gated=1" {
-		t.Fatalf("upstream path %q", up.paths[0])
+	up.mu.Lock()
+	path := up.paths[0]
+	up.mu.Unlock()
+	if path != "/v1/messages?gated=1" {
+		t.Fatalf("upstream path %q", path)
 	}
 	for _, l := range f.log() {
 		if strings.Contains(l, "sk-ant-real") {

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -18,6 +19,9 @@ const NoProxy = "127.0.0.1,localhost"
 // proxy adds the credential.
 func (p *Proxy) AgentEnv(base string) []string {
 	base = strings.TrimSuffix(base, "/")
+	if u, err := url.Parse(base); err == nil && u.Host != "" {
+		p.self.Store(&u.Host)
+	}
 	env := []string{
 		"HTTPS_PROXY=" + base, "HTTP_PROXY=" + base,
 		"https_proxy=" + base, "http_proxy=" + base,

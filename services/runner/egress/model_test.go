@@ -357,3 +357,27 @@ func TestManyAnswersInARowAllArriveWhole(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 }
+
+// TestModelRequestSentThroughTheProxyToItself is a client that ignores
+// NO_PROXY: it sends its request for ANTHROPIC_BASE_URL to the proxy as a
+// proxy request, and the proxy serves it as the model API all the same.
+func TestModelRequestSentThroughTheProxyToItself(t *testing.T) {
+	up := newStreamingUpstream(t)
+	f := setup(t, egress.Options{ModelUpstream: up.URL, APIKey: "sk-ant-real"})
+	f.proxy.AgentEnv(f.base)
+	c := f.client(t, nil)
+	req, _ := http.NewRequest(http.MethodPost, f.base+"/model/v1/messages", strings.NewReader(`{"stream":false}`))
+	req.Header.Set("x-api-key", egress.PlaceholderAPIKey)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || len(up.headers()) != 1 || up.headers()[0].Get("X-Api-Key") != "sk-ant-real" {
+		t.Fatalf("answer %s, upstream saw %v", resp.Status, up.headers())
+	}
+	if len(f.log()) != 0 || f.deny.Load() != 0 {
+		t.Fatalf("refused: %q", f.log())
+	}
+}

@@ -35,6 +35,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -129,6 +130,9 @@ type Proxy struct {
 	upstream *http.Transport
 	srv      *http.Server
 	served   chan struct{}
+	// self is the host:port the agent reaches the proxy at, the last base
+	// AgentEnv was given.
+	self atomic.Pointer[string]
 	// errLog takes net/http's own complaints (a client gone mid-answer),
 	// at debug level: they are the agent's business, not the operator's.
 	errLog *log.Logger
@@ -277,7 +281,7 @@ func parseUpstream(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// ServeHTTP tells the three roles apart by the request line.
+// ServeHTTP counts the request in for Close and hands it to its role.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.begin() {
 		http.Error(w, "orch egress proxy: shutting down", http.StatusServiceUnavailable)
@@ -290,9 +294,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// net/http closes the body then, and the upstream request fails.
 		http.NewResponseController(w).EnableFullDuplex()
 	}
+	p.route(w, r)
+}
+
+// route hands a request to its role.
+func (p *Proxy) route(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodConnect:
 		p.tunnel(w, r)
+	case r.URL.IsAbs() && p.isSelf(r.URL):
+		// A client that ignored NO_PROXY sends its /model/ or /git/
+		// request for the proxy through the proxy: serve it as if sent
+		// straight.
+		r.URL = &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
+		p.route(w, r)
 	case r.URL.IsAbs():
 		p.forward(w, r)
 	case strings.HasPrefix(r.URL.Path, "/model/"):
@@ -303,6 +318,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.refuse(w, http.StatusForbidden, "path "+quoteTarget(r.URL.Path),
 			"this proxy serves CONNECT, absolute http:// URLs, /model/ and /git/ only")
 	}
+}
+
+// isSelf says whether an absolute URL names the proxy itself, by the
+// address AgentEnv gave the agent, under /model/ or /git/.
+func (p *Proxy) isSelf(u *url.URL) bool {
+	self := p.self.Load()
+	return self != nil && u.Scheme == "http" && strings.EqualFold(u.Host, *self) &&
+		(strings.HasPrefix(u.Path, "/model/") || strings.HasPrefix(u.Path, "/git/"))
 }
 
 // begin counts a handler in unless the proxy is closed.

@@ -207,7 +207,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	wg.Go(func() {
 		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", log)
 		if err != nil {
-			return // bg ended before NATS answered
+			if bg.Err() == nil {
+				fatal <- err // a refused login: waiting would not help
+			}
+			return // or bg ended before NATS answered
 		}
 		defer nc.Close()
 		st := status.New(kv)

@@ -19,6 +19,16 @@ const PlaneCancelledGroup = "cancelled"
 // Plane decides on one Plane delivery. eventHeader is X-Plane-Event,
 // delivery is X-Plane-Delivery.
 func Plane(reg *registry.Registry, eventHeader, delivery string, body []byte, now time.Time) (Decision, error) {
+	return PlaneNamed(reg, eventHeader, delivery, body, now, "")
+}
+
+// PlaneNamed is Plane with the work item's readable name (e.g. WID-41,
+// found through Plane's API by package planenames) as the task's name.
+// Plane's webhooks carry no project identifier, so without a name the
+// task is named by the item's id, unless the payload has both the
+// identifier and the sequence id. The item's id stays in the job
+// (Task.PlaneItem) for write-back.
+func PlaneNamed(reg *registry.Registry, eventHeader, delivery string, body []byte, now time.Time, name string) (Decision, error) {
 	ev, err := webhook.ParsePlane(eventHeader, body)
 	if err != nil {
 		return Decision{}, err
@@ -36,7 +46,7 @@ func Plane(reg *registry.Registry, eventHeader, delivery string, body []byte, no
 	if !ok {
 		return Ignore("unknown plane project %q", project), nil
 	}
-	pc := planeCtx{p: p, ev: ev, delivery: delivery, now: now}
+	pc := planeCtx{p: p, ev: ev, delivery: delivery, now: now, name: name}
 	if ev.Issue != nil {
 		return pc.issue(), nil
 	}
@@ -48,6 +58,8 @@ type planeCtx struct {
 	ev       *webhook.PlaneEvent
 	delivery string
 	now      time.Time
+	// name is the item's readable name, empty when not known.
+	name string
 }
 
 func (pc planeCtx) source(actor webhook.PlaneActor) proto.Source {
@@ -82,12 +94,18 @@ func actorName(a webhook.PlaneActor) string {
 	return cmpOr(a.Email, a.ID)
 }
 
-// planeTask is the task of a work item: <identifier>-<sequence> where the
-// payload names the project identifier, else the item id. Its title and
-// description are the creator's words.
+// taskName is the task id of work item item: the name handed in, else
+// the item's id.
+func (pc planeCtx) taskName(item string) string {
+	return cmpOr(pc.name, item)
+}
+
+// planeTask is the task of a work item: the name handed in, else
+// <identifier>-<sequence> where the payload names the project identifier,
+// else the item id. Its title and description are the creator's words.
 func (pc planeCtx) planeTask(is *webhook.PlaneIssue) proto.Task {
-	id := is.ID
-	if ident := is.Identifier(); ident != "" && is.SequenceID > 0 {
+	id := pc.taskName(is.ID)
+	if ident := is.Identifier(); pc.name == "" && ident != "" && is.SequenceID > 0 {
 		id = ident + "-" + strconv.Itoa(is.SequenceID)
 	}
 	body := is.DescriptionStripped
@@ -177,13 +195,16 @@ func (pc planeCtx) comment() Decision {
 	if text == "" {
 		text = stripHTML(c.CommentHTML)
 	}
-	if !Mentions(text, pc.p.Mention) {
-		return Ignore("comment does not mention %s", pc.p.Mention)
+	if !Mentions(text, pc.p.Mention) && !pc.mentionsAgentMember(c.CommentHTML) {
+		if pc.p.PlaneAgentMember == "" {
+			return Ignore("comment does not mention %s (and the project has no plane_agent_member an editor mention could name)", pc.p.Mention)
+		}
+		return Ignore("comment does not mention %s or the agent member", pc.p.Mention)
 	}
 	if !pc.trusted(actor) {
 		return untrusted(actorName(actor))
 	}
-	task := proto.Task{ID: c.Issue, PlaneItem: c.Issue}
+	task := proto.Task{ID: pc.taskName(c.Issue), PlaneItem: c.Issue}
 	job := newJob(pc.p, proto.KindRespond, fmt.Sprintf("plane|comment|%s", c.ID), task, pc.source(actor), pc.now)
 	job.Trigger = truncate(text, MaxTriggerText)
 	return Decision{Jobs: []proto.Job{job}}
@@ -212,6 +233,19 @@ func (pc planeCtx) labelKeys(is *webhook.PlaneIssue) []string {
 		}
 	}
 	return keys
+}
+
+// mentionsAgentMember reports whether a comment's HTML mentions the
+// agent's member the way Plane's editor writes a mention picked from its
+// list: a mention-component naming the member's user id, with no "@name"
+// text at all.
+func (pc planeCtx) mentionsAgentMember(commentHTML string) bool {
+	for _, id := range webhook.MentionedUsers(commentHTML) {
+		if pc.isAgent(id) {
+			return true
+		}
+	}
+	return false
 }
 
 func (pc planeCtx) agentIn(set map[string]bool) bool {

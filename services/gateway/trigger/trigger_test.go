@@ -433,6 +433,19 @@ func TestPlane(t *testing.T) {
 		{name: "comment with mention", fixture: "issue_comment__created",
 			want: want{kind: proto.KindRespond, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"}},
 		{name: "comment updated", fixture: "issue_comment__updated", want: want{ignored: `action "updated"`}},
+		// Plane's editor writes a mention picked from its list as a
+		// mention-component naming the member's user id, with no @name.
+		{name: "editor mention of the agent member", fixture: "issue_comment__created_mention", edit: mentionOf(planeAgent),
+			want: want{kind: proto.KindRespond, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"}},
+		{name: "editor mention of someone else", fixture: "issue_comment__created_mention", want: want{ignored: "does not mention"}},
+		{name: "editor mention of the agent member by an untrusted actor", fixture: "issue_comment__created_mention", edit: func(m map[string]any) {
+			mentionOf(planeAgent)(m)
+			obj(m, "activity")["actor"] = map[string]any{"id": "u-mallory", "email": "mallory@example.com"}
+		}, want: want{ignored: `actor "mallory@example.com" is not trusted`}},
+		{name: "editor mention of the agent member as an issue mention", fixture: "issue_comment__created_mention", edit: func(m map[string]any) {
+			obj(m, "data")["comment_html"] = `<p><mention-component entity_identifier="` + planeAgent + `" entity_name="issue_mention"></mention-component></p>`
+		}, want: want{ignored: "does not mention"}},
+
 		{name: "comment mention from an untrusted actor", fixture: "issue_comment__created", edit: func(m map[string]any) {
 			obj(m, "activity")["actor"] = map[string]any{"id": "u-mallory", "email": "mallory@example.com"}
 		}, want: want{ignored: "not trusted"}},
@@ -464,6 +477,102 @@ func TestPlane(t *testing.T) {
 			}
 			check(t, d, tt.want)
 		})
+	}
+}
+
+// mentionOf makes the editor-mention fixture's comment mention member.
+func mentionOf(member string) func(map[string]any) {
+	return func(m map[string]any) {
+		c := obj(m, "data")
+		c["comment_html"] = strings.ReplaceAll(c["comment_html"].(string), "9b1e6f2a-7c3d-4e5f-8a9b-0c1d2e3f4a5b", member)
+	}
+}
+
+// The editor-mention fixture as Plane sends it queues respond for the
+// project whose agent member it names, with the same job a typed mention
+// queues; spelled in any of the ways HTML allows, with other mentions
+// beside it.
+func TestPlaneEditorMention(t *testing.T) {
+	const mentioned = "9b1e6f2a-7c3d-4e5f-8a9b-0c1d2e3f4a5b"
+	reg, err := registry.Parse([]byte(`projects:
+  - key: widgets
+    gitea_repo: acme/widgets
+    plane_project: ` + planeProject + `
+    mention: "@agent-bot"
+    plane_agent_member: ` + mentioned + `
+    trusted_actors: [alice@example.com]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, h := fixture(t, "plane/issue_comment__created_mention")
+	d, err := Plane(reg, h[webhook.PlaneEventHeader], h[webhook.PlaneDelivery], body, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, d, want{kind: proto.KindRespond, task: "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1"})
+	if got := d.Jobs[0].Trigger; !strings.Contains(got, "please take this one") {
+		t.Errorf("trigger text = %q, want the comment's words", got)
+	}
+	typed, err := Plane(reg, h[webhook.PlaneEventHeader], h[webhook.PlaneDelivery], testkit.EditJSON(t, body, func(m map[string]any) {
+		obj(m, "data")["comment_html"] = "<p>@agent-bot please take this one</p>"
+	}), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := d.Jobs[0], typed.Jobs[0]; a.ID != b.ID || a.Kind != b.Kind || a.Task != b.Task || a.Source != b.Source {
+		t.Errorf("editor mention job %+v differs from the typed mention's %+v", a, b)
+	}
+
+	for _, html := range []string{
+		`<mention-component entity_name="user_mention" entity_identifier="` + mentioned + `"></mention-component>`,
+		`<MENTION-COMPONENT ENTITY_IDENTIFIER='` + mentioned + `' Entity_Name='USER_MENTION'/>`,
+		`<mention-component id="m1" entity_identifier=` + mentioned + ` entity_name=user_mention>`,
+		`<p><mention-component entity_identifier="u-bob" entity_name="user_mention"></mention-component> and ` +
+			`<mention-component entity_identifier="x" entity_name="issue_mention"></mention-component> and ` +
+			`<mention-component data-x="a>b" entity_identifier="` + mentioned + `" entity_name="user_mention"></mention-component></p>`,
+	} {
+		d, err := Plane(reg, "issue_comment", "d", testkit.EditJSON(t, body, func(m map[string]any) {
+			obj(m, "data")["comment_html"] = html
+		}), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Jobs) != 1 || d.Jobs[0].Kind != proto.KindRespond {
+			t.Errorf("%s: decision %+v, want respond", html, d)
+		}
+	}
+	for _, html := range []string{
+		`<mention-componentx entity_identifier="` + mentioned + `" entity_name="user_mention">`,
+		`<p>entity_identifier="` + mentioned + `" entity_name="user_mention"</p>`,
+		`<mention-component entity_identifier="` + mentioned + `x" entity_name="user_mention"></mention-component>`,
+		`<mention-component entity_identifier="` + mentioned + `"></mention-component>`,
+	} {
+		d, err := Plane(reg, "issue_comment", "d", testkit.EditJSON(t, body, func(m map[string]any) {
+			obj(m, "data")["comment_html"] = html
+		}), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Ignored == "" {
+			t.Errorf("%s: decision %+v, want ignored", html, d)
+		}
+	}
+}
+
+// A name handed in (from Plane's API) names the task of every event
+// about the item, the item's id staying in the job.
+func TestPlaneNamed(t *testing.T) {
+	reg := testRegistry(t)
+	for _, f := range []string{"plane/issue__updated_labels", "plane/issue_comment__created"} {
+		body, h := fixture(t, f)
+		d, err := PlaneNamed(reg, h[webhook.PlaneEventHeader], "d", body, now, "WID-41")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Jobs) != 1 || d.Jobs[0].Task.ID != "wid-41" || d.Jobs[0].Task.PlaneItem != "8f0e6a52-3d1b-4c7e-9a2f-61b5d4c3e2a1" {
+			t.Errorf("%s: jobs %+v, want task wid-41 of the item", f, d.Jobs)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"strings"
 )
 
@@ -199,4 +200,105 @@ func addRef(set map[string]bool, r PlaneRef) {
 			}
 		}
 	}
+}
+
+// PlaneUserMention is the entity_name of a person in the mention-component
+// Plane's editor writes.
+const PlaneUserMention = "user_mention"
+
+// MentionedUsers returns the member ids a comment's HTML mentions the way
+// Plane's editor writes a mention picked from its list:
+// <mention-component entity_identifier="<user id>"
+// entity_name="user_mention"></mention-component> (the editor's mention
+// extension, packages/editor/src/core/extensions/mentions). Such a mention
+// carries no "@name" text. The tag and attribute names are matched in any
+// case and order, values quoted with either quote or unquoted, the tag
+// closed or self-closing; mentions of anything but a user are left out.
+func MentionedUsers(commentHTML string) []string {
+	var out []string
+	const tag = "<mention-component"
+	lower := asciiLower(commentHTML) // the same length: indexes agree
+	for pos := 0; ; {
+		i := strings.Index(lower[pos:], tag)
+		if i < 0 {
+			return out
+		}
+		pos += i + len(tag)
+		if pos < len(lower) && !isSpace(lower[pos]) && lower[pos] != '>' && lower[pos] != '/' {
+			continue // <mention-componentx ...>: another element
+		}
+		attrs, rest := tagAttrs(commentHTML[pos:])
+		pos = len(commentHTML) - len(rest)
+		if strings.EqualFold(attrs["entity_name"], PlaneUserMention) && attrs["entity_identifier"] != "" {
+			out = append(out, attrs["entity_identifier"])
+		}
+	}
+}
+
+// tagAttrs reads a start tag's attributes up to its closing '>' (a '>'
+// inside a quoted value does not close it) and returns them, names
+// lowercased and values unescaped, with the text after the tag.
+func tagAttrs(s string) (map[string]string, string) {
+	attrs := map[string]string{}
+	i := 0
+	for i < len(s) {
+		for i < len(s) && (isSpace(s[i]) || s[i] == '/') {
+			i++
+		}
+		if i >= len(s) || s[i] == '>' {
+			break
+		}
+		start := i
+		for i < len(s) && !isSpace(s[i]) && s[i] != '=' && s[i] != '>' && s[i] != '/' {
+			i++
+		}
+		name := strings.ToLower(s[start:i])
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i >= len(s) || s[i] != '=' {
+			attrs[name] = ""
+			continue
+		}
+		i++
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		var val string
+		if i < len(s) && (s[i] == '"' || s[i] == '\'') {
+			q := s[i]
+			end := strings.IndexByte(s[i+1:], q)
+			if end < 0 {
+				return attrs, ""
+			}
+			val, i = s[i+1:i+1+end], i+2+end
+		} else {
+			start := i
+			for i < len(s) && !isSpace(s[i]) && s[i] != '>' {
+				i++
+			}
+			val = s[start:i]
+		}
+		if _, seen := attrs[name]; !seen { // the first of a repeated name counts, as in a browser
+			attrs[name] = strings.TrimSpace(html.UnescapeString(val))
+		}
+	}
+	if i < len(s) {
+		i++ // the '>'
+	}
+	return attrs, s[i:]
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' }
+
+// asciiLower lowercases ASCII letters only, so that the result has the
+// same byte offsets as s.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }

@@ -77,7 +77,7 @@ func TestAPI(t *testing.T) {
 			Job    proto.Job    `json:"job"`
 			Status proto.Status `json:"status"`
 		}
-		if err := json.Unmarshal(body, &ans); err != nil || code != 200 || ans.Job.ID != manual || ans.Status.State != proto.StateQueued {
+		if err := json.Unmarshal(body, &ans); err != nil || code != 200 || ans.Job.ID != manual || ans.Status.State != proto.StateQueued || !ans.Job.Source.Trusted {
 			t.Errorf("GET /jobs/%s: %d %s", manual, code, body)
 		}
 		if code, _ := g.read(t, "/jobs/nope"); code != http.StatusNotFound {

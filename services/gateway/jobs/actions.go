@@ -60,12 +60,14 @@ func (s *Service) Enqueue(ctx context.Context, req Request) (Ref, error) {
 	}
 	req.Task.ID = trigger.TaskID(req.Task.ID)
 	job := proto.Job{
-		Schema:    proto.SchemaVersion,
-		ID:        proto.JobID(p.Key + "|" + string(req.Kind) + "|api|" + key),
-		Kind:      req.Kind,
-		Project:   p.Key,
-		Task:      req.Task,
-		Source:    proto.Source{System: "api", Event: "enqueue", Actor: req.Actor},
+		Schema:  proto.SchemaVersion,
+		ID:      proto.JobID(p.Key + "|" + string(req.Kind) + "|api|" + key),
+		Kind:    req.Kind,
+		Project: p.Key,
+		Task:    req.Task,
+		// The token's holder wrote the task and the trigger: the operator,
+		// whom the project trusts.
+		Source:    proto.Source{System: "api", Event: "enqueue", Actor: req.Actor, Trusted: true},
 		CreatedAt: s.nowUTC(),
 		Trigger:   req.Trigger,
 	}
@@ -125,7 +127,8 @@ func (s *Service) Retry(ctx context.Context, id string) (*Change, error) {
 	job.Schema = proto.SchemaVersion
 	job.ID = proto.JobID("retry|" + old.ID + "|" + strconv.FormatUint(st.DLQSeq, 10))
 	job.RetryOf = old.ID
-	job.Source = proto.Source{System: "api", Event: "retry", Actor: old.Source.Actor}
+	// The trigger's words are still the first job's: so is their trust.
+	job.Source = proto.Source{System: "api", Event: "retry", Actor: old.Source.Actor, Trusted: old.Source.Trusted}
 	job.CreatedAt = s.nowUTC()
 	ref := RefOf(&job)
 	dup, err := s.publishOne(ctx, &job)

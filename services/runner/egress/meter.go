@@ -150,7 +150,8 @@ type sseMeter struct {
 	body  io.ReadCloser
 	done  func(model string, t tokens)
 	line  []byte
-	long  bool // the current line passed maxEventLine
+	long  bool   // the current line passed maxEventLine
+	name  string // the current event's name, from its "event:" line
 	model string
 	t     tokens
 	seen  bool
@@ -205,16 +206,31 @@ func (s *sseMeter) feed(chunk []byte) {
 	}
 }
 
-// event reads one line of the stream: only data lines of the two events
-// that carry usage are decoded.
+// event reads one line of the stream: only the data of the two events
+// that carry usage is decoded, told by the event's "event:" line or, in a
+// stream without them, by the type named in the data (anywhere: JSON
+// keys come in any order).
 func (s *sseMeter) event(line []byte) {
+	if len(line) == 0 {
+		s.name = ""
+		return
+	}
+	if name, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+		s.name = string(bytes.TrimSpace(name))
+		return
+	}
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok {
 		return
 	}
 	data = bytes.TrimSpace(data)
-	head := data[:min(len(data), 48)]
-	if !bytes.Contains(head, []byte(`"message_start"`)) && !bytes.Contains(head, []byte(`"message_delta"`)) {
+	switch s.name {
+	case "message_start", "message_delta":
+	case "":
+		if !bytes.Contains(data, []byte(`"message_start"`)) && !bytes.Contains(data, []byte(`"message_delta"`)) {
+			return
+		}
+	default:
 		return
 	}
 	var ev struct {

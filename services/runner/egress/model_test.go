@@ -381,3 +381,36 @@ func TestModelRequestSentThroughTheProxyToItself(t *testing.T) {
 		t.Fatalf("refused: %q", f.log())
 	}
 }
+
+// TestUsageIsReadWhateverTheKeyOrder streams events whose "type" comes
+// last (as an encoder that sorts keys writes them), with and without
+// "event:" lines.
+func TestUsageIsReadWhateverTheKeyOrder(t *testing.T) {
+	start := `{"message":{"model":"claude-haiku-4-5-20251001","usage":{"cache_creation":{"ephemeral_1h_input_tokens":400,"ephemeral_5m_input_tokens":100},"cache_creation_input_tokens":500,"input_tokens":10,"output_tokens":1}},"type":"message_start"}`
+	delta := `{"delta":{"stop_reason":"end_turn"},"type":"message_delta","usage":{"output_tokens":20}}`
+	for _, named := range []bool{true, false} {
+		t.Run(fmt.Sprintf("event lines %v", named), func(t *testing.T) {
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("content-type", "text/event-stream")
+				for _, ev := range []struct{ name, data string }{{"message_start", start}, {"ping", `{"type":"ping"}`}, {"message_delta", delta}} {
+					if named {
+						fmt.Fprintf(w, "event: %s\r\n", ev.name)
+					}
+					fmt.Fprintf(w, "data: %s\r\n\r\n", ev.data)
+					w.(http.Flusher).Flush()
+				}
+			}))
+			defer up.Close()
+			f := setup(t, egress.Options{ModelUpstream: up.URL, APIKey: "k"})
+			resp := postMessages(t, f.base+"/model", false)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			u := f.proxy.Usage()
+			// Haiku 4.5: $1 in, $1.25 5m write, $2 1h write, $5 out per million.
+			wantCost := (10*1 + 100*1.25 + 400*2 + 20*5) / 1e6
+			if u.InputTokens != 10 || u.OutputTokens != 20 || u.CacheCreationInputTokens != 500 || !near(u.CostUSD, wantCost) {
+				t.Fatalf("usage %+v, want cost %.6f", u, wantCost)
+			}
+		})
+	}
+}

@@ -22,9 +22,10 @@ type Price struct {
 // https://platform.claude.com/docs/en/about-claude/pricing, as read on
 // 2026-12-01. Long-context surcharges (Sonnet 4 and 4.5 above 200K input
 // tokens), batch discounts and data-residency multipliers are not applied:
-// the figure is a meter for budgets, not the invoice. A model missing here
-// is counted in Usage.Unpriced and adds no cost; Options.Prices replaces
-// the table.
+// the figure is a meter for budgets, not the invoice. Models priced by
+// prompt length (Haiku 5.5) or not yet read here (Opus 5.5, Fable) are
+// missing: a model missing here is counted in Usage.Unpriced and adds no
+// cost; Options.Prices replaces the table.
 var DefaultPrices = map[string]Price{
 	"claude-opus-5":     {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
 	"claude-opus-4-8":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
@@ -33,6 +34,8 @@ var DefaultPrices = map[string]Price{
 	"claude-opus-4-5":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
 	"claude-opus-4-1":   {Input: 15, CacheWrite5m: 18.75, CacheWrite1h: 30, CacheRead: 1.50, Output: 75},
 	"claude-opus-4":     {Input: 15, CacheWrite5m: 18.75, CacheWrite1h: 30, CacheRead: 1.50, Output: 75},
+	// Sonnet 5.5's cache reads were cut from $0.20 to $0.10 on 2026-10-07.
+	"claude-sonnet-5-5": {Input: 2, CacheWrite5m: 2.50, CacheWrite1h: 4, CacheRead: 0.10, Output: 10},
 	"claude-sonnet-5":   {Input: 2, CacheWrite5m: 2.50, CacheWrite1h: 4, CacheRead: 0.20, Output: 10},
 	"claude-sonnet-4-6": {Input: 3, CacheWrite5m: 3.75, CacheWrite1h: 6, CacheRead: 0.30, Output: 15},
 	"claude-sonnet-4-5": {Input: 3, CacheWrite5m: 3.75, CacheWrite1h: 6, CacheRead: 0.30, Output: 15},

@@ -27,13 +27,13 @@ type Price struct {
 // missing: a model missing here is counted in Usage.Unpriced and adds no
 // cost; Options.Prices replaces the table.
 var DefaultPrices = map[string]Price{
-	"claude-opus-5":     {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
-	"claude-opus-4-8":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
-	"claude-opus-4-7":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
-	"claude-opus-4-6":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
-	"claude-opus-4-5":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
-	"claude-opus-4-1":   {Input: 15, CacheWrite5m: 18.75, CacheWrite1h: 30, CacheRead: 1.50, Output: 75},
-	"claude-opus-4":     {Input: 15, CacheWrite5m: 18.75, CacheWrite1h: 30, CacheRead: 1.50, Output: 75},
+	"claude-opus-5":   {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
+	"claude-opus-4-8": {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
+	"claude-opus-4-7": {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
+	"claude-opus-4-6": {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
+	"claude-opus-4-5": {Input: 5, CacheWrite5m: 6.25, CacheWrite1h: 10, CacheRead: 0.50, Output: 25},
+	"claude-opus-4-1": {Input: 15, CacheWrite5m: 18.75, CacheWrite1h: 30, CacheRead: 1.50, Output: 75},
+	"claude-opus-4":   {Input: 15, CacheWrite5m: 18.75, CacheWrite1h: 30, CacheRead: 1.50, Output: 75},
 	// Sonnet 5.5's cache reads were cut from $0.20 to $0.10 on 2026-10-07.
 	"claude-sonnet-5-5": {Input: 2, CacheWrite5m: 2.50, CacheWrite1h: 4, CacheRead: 0.10, Output: 10},
 	"claude-sonnet-5":   {Input: 2, CacheWrite5m: 2.50, CacheWrite1h: 4, CacheRead: 0.20, Output: 10},

@@ -64,12 +64,18 @@ type Proc struct {
 // Start runs bin with env added to a minimal environment (PATH, HOME,
 // TMPDIR), its output appended to logPath.
 func Start(name, bin string, env []string, logPath string) (*Proc, error) {
+	return StartArgs(name, bin, nil, env, logPath)
+}
+
+// StartArgs is Start with command-line arguments: a nats-server and its
+// configuration file, say.
+func StartArgs(name, bin string, args, env []string, logPath string) (*Proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening log of %s: %w", name, err)
 	}
 	defer f.Close() // the child has its own copy
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(baseEnv(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group, so a signal to the test's group (Ctrl-C)

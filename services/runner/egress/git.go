@@ -24,6 +24,9 @@ type gitHost struct {
 	// creds are the credential-store entries for this origin, in the
 	// file's order: the first whose path prefixes the request's is used.
 	creds []credential
+	// repos are the repository paths (owner/repo, no .git) requests may
+	// go to; nil for the whole host.
+	repos []string
 }
 
 // credential is one git-credential-store line.
@@ -81,8 +84,11 @@ func readCredentials(path string) ([]storeLine, error) {
 	return lines, nil
 }
 
-// parseGitHosts reads the scheme://host[:port] origins and gives each the
-// credentials the store holds for it.
+// parseGitHosts reads the git hosts: scheme://host[:port] for a whole
+// host, or a repository's clone URL (scheme://host/owner/repo[.git]) for
+// that repository alone; several repositories of one host add up, and a
+// whole-host entry wins. Each host gets the credentials the store holds
+// for it.
 func parseGitHosts(entries []string, store []storeLine) (map[string]*gitHost, error) {
 	hosts := map[string]*gitHost{}
 	for _, e := range entries {
@@ -92,23 +98,70 @@ func parseGitHosts(entries []string, store []storeLine) (map[string]*gitHost, er
 		}
 		u, err := url.Parse(e)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-			u.User != nil || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
-			return nil, fmt.Errorf("egress: git host %q is not an http(s)://host[:port] origin", e)
+			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("egress: git host %q is not an http(s)://host[:port][/repository] URL", e)
 		}
 		if _, err := canonTarget(u.Host, "443"); err != nil {
 			return nil, fmt.Errorf("egress: git host %q: %w", e, err)
 		}
-		g := &gitHost{scheme: u.Scheme, host: strings.ToLower(u.Host)}
-		g.origin = &url.URL{Scheme: g.scheme, Host: g.host}
-		for _, s := range store {
-			if s.scheme == g.scheme && s.host == g.host {
-				g.creds = append(g.creds, credential{path: s.path,
-					auth: "Basic " + base64.StdEncoding.EncodeToString([]byte(s.user+":"+s.pass))})
-			}
+		repo := strings.TrimSuffix(strings.Trim(u.Path, "/"), ".git")
+		if repo != "" && !cleanPath("/"+repo) {
+			return nil, fmt.Errorf("egress: git host %q: the repository path has . or .. in it", e)
 		}
-		hosts[g.key()] = g
+		g := &gitHost{scheme: u.Scheme, host: strings.ToLower(u.Host)}
+		if old, ok := hosts[g.key()]; ok {
+			g = old
+		} else {
+			g.origin = &url.URL{Scheme: g.scheme, Host: g.host}
+			for _, s := range store {
+				if s.scheme == g.scheme && s.host == g.host {
+					g.creds = append(g.creds, credential{path: s.path,
+						auth: "Basic " + base64.StdEncoding.EncodeToString([]byte(s.user+":"+s.pass))})
+				}
+			}
+			g.repos = []string{}
+			hosts[g.key()] = g
+		}
+		switch {
+		case repo == "":
+			g.repos = nil // the whole host
+		case g.repos != nil:
+			g.repos = append(g.repos, repo)
+		}
 	}
 	return hosts, nil
+}
+
+// serves says whether a request path (decoded, with its leading slash)
+// is one this host's entry lets through: anything for a whole host, else
+// only what lies under one of its repositories (owner/repo/... or
+// owner/repo.git/..., case-insensitively as the forges match them).
+func (g *gitHost) serves(path string) bool {
+	if g.repos == nil {
+		return true
+	}
+	p := strings.ToLower(strings.TrimPrefix(path, "/"))
+	for _, r := range g.repos {
+		r = strings.ToLower(r)
+		if strings.HasPrefix(p, r+"/") || strings.HasPrefix(p, r+".git/") {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanPath says whether a path has no "." or ".." segment and no
+// backslash, which a server might resolve to another repository.
+func cleanPath(p string) bool {
+	if strings.Contains(p, "\\") {
+		return false
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // auth is the Authorization for a request to path on the host, "" when
@@ -145,8 +198,13 @@ func (p *Proxy) gitProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := url.Parse(g.origin.String() + "/" + rest)
-	if err != nil {
-		http.Error(w, "orch egress proxy: bad git path", http.StatusBadRequest)
+	lower := strings.ToLower(rest)
+	if err != nil || strings.Contains(lower, "%2f") || strings.Contains(lower, "%5c") || !cleanPath(out.Path) {
+		p.refuse(w, http.StatusBadRequest, g.target(), "a git path with an encoded slash, . or .. in it")
+		return
+	}
+	if !g.serves(out.Path) {
+		p.refuse(w, http.StatusForbidden, g.target()+quoteTarget(out.Path), "not this project's repository")
 		return
 	}
 	out.RawQuery = r.URL.RawQuery

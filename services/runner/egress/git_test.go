@@ -1,6 +1,9 @@
 package egress_test
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -20,9 +23,10 @@ import (
 // Gitea with a private repository does.
 type gitOrigin struct {
 	*httptest.Server
-	root string
-	mu   sync.Mutex
-	auth []string // the Authorization of each request
+	root  string
+	mu    sync.Mutex
+	auth  []string // the Authorization of each request
+	paths []string // and its path
 }
 
 const gitUser, gitToken = "orch-bot", "tok3n-s3cret"
@@ -51,6 +55,7 @@ func newGitOrigin(t *testing.T) *gitOrigin {
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o.mu.Lock()
 		o.auth = append(o.auth, r.Header.Get("Authorization"))
+		o.paths = append(o.paths, r.URL.Path)
 		o.mu.Unlock()
 		if u, p, ok := r.BasicAuth(); !ok || u != gitUser || p != gitToken {
 			w.Header().Set("WWW-Authenticate", `Basic realm="gitea"`)
@@ -150,5 +155,50 @@ func TestGitToAnotherHostIsRefused(t *testing.T) {
 	defer other.mu.Unlock()
 	if len(other.auth) != 0 {
 		t.Fatal("the other git host was reached")
+	}
+}
+
+// TestGitReachesOnlyTheProjectsRepository gives the proxy the project's
+// clone URL: the runner's credential works for it and for no other
+// repository on the same host, however the path is spelt.
+func TestGitReachesOnlyTheProjectsRepository(t *testing.T) {
+	origin := newGitOrigin(t)
+	runGit(t, "", nil, "init", "-q", "--bare", "-b", "main", filepath.Join(origin.root, "other.git"))
+	creds := filepath.Join(t.TempDir(), "git-credentials")
+	os.WriteFile(creds, []byte(strings.Replace(origin.URL, "http://", "http://"+gitUser+":"+gitToken+"@", 1)+"\n"), 0o600)
+	f := setup(t, egress.Options{GitHosts: []string{origin.URL + "/repo.git"}, GitCredentials: creds})
+	env := append(gitEnv(t), f.proxy.AgentEnv(f.base)...)
+	runGit(t, "", env, "clone", "-q", origin.URL+"/repo.git", filepath.Join(t.TempDir(), "ok"))
+	host := strings.TrimPrefix(origin.URL, "http://")
+	if out, err := gitCmd("", env, "clone", "-q", origin.URL+"/other.git", filepath.Join(t.TempDir(), "no")).CombinedOutput(); err == nil {
+		t.Fatalf("clone of another repository succeeded:\n%s", out)
+	}
+	f.hasLine(t, "orch: egress denied "+host+"/other.git/info/refs")
+	for _, p := range []string{
+		"/repo.git/../other.git/info/refs?service=git-receive-pack",
+		"/repo.git/%2e%2e/other.git/info/refs?service=git-receive-pack",
+		"/repo.git%2f..%2fother.git/info/refs?service=git-receive-pack",
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(f.base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /git/http/%s%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", host, p)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest && resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s: %s", p, resp.Status)
+		}
+	}
+	origin.mu.Lock()
+	defer origin.mu.Unlock()
+	for _, p := range origin.paths {
+		if !strings.HasPrefix(p, "/repo.git/") || strings.Contains(p, "..") {
+			t.Errorf("the origin was asked for %s", p)
+		}
 	}
 }

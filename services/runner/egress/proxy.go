@@ -75,9 +75,11 @@ type Options struct {
 	// matches case-insensitively, a port exactly; an IP literal matches
 	// only itself.
 	Allow []string
-	// GitHosts are the git origins (scheme://host[:port], http or https)
-	// the /git/ reverse proxy serves and AgentEnv rewrites git URLs of,
-	// e.g. the origin of the project's clone_url.
+	// GitHosts are what the /git/ reverse proxy serves, http or https: a
+	// repository's clone URL (the project's clone_url) for that repository
+	// alone, so the runner's credential reaches no other repository of
+	// the host, or scheme://host[:port] for the whole host. AgentEnv
+	// rewrites git URLs of each host.
 	GitHosts []string
 	// ModelUpstream is where /model/ requests go, the runner's own
 	// ANTHROPIC_BASE_URL; ModelUpstreamDefault when empty.

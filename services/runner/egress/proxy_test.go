@@ -264,7 +264,7 @@ func TestBadOptionsAreRefused(t *testing.T) {
 		{Allow: []string{"user@example.com"}},
 		{Allow: []string{"example.com/path"}},
 		{GitHosts: []string{"git@example.com:org/repo.git"}},
-		{GitHosts: []string{"https://example.com/org/repo.git"}},
+		{GitHosts: []string{"https://example.com/org/../repo.git"}},
 		{ModelUpstream: "api.anthropic.com"},
 		{GitCredentials: "/nonexistent/credentials"},
 	} {

@@ -172,21 +172,17 @@ func Listen(socketPath string, o Options) (*Proxy, error) {
 		ln.Close()
 		return nil, fmt.Errorf("egress: %w", err)
 	}
-	p, err := Serve(ln, o)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	return p, nil
+	return Serve(ln, o)
 }
 
 // Serve serves the proxy on ln, which it owns from then on, until Close:
 // for tests, and for an agent whose network is open (a loopback TCP
 // listener the agent reaches directly). It checks o first and returns an
-// error naming the first bad entry.
+// error naming the first bad entry, having closed ln.
 func Serve(ln net.Listener, o Options) (*Proxy, error) {
 	p, err := newProxy(o)
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
 	p.srv = &http.Server{

@@ -276,7 +276,6 @@ func TestBadOptionsAreRefused(t *testing.T) {
 			p.Close()
 			t.Errorf("Serve(%+v) took the options", o)
 		}
-		ln.Close()
 	}
 }
 

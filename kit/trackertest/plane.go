@@ -1,11 +1,16 @@
 package trackertest
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // PlaneComment is a comment the fake Plane holds, with every body it had.
@@ -17,33 +22,64 @@ type PlaneComment struct {
 	Bodies []string
 }
 
-// Plane is a fake Plane API under /api/v1: work item comments (create,
-// edit) with "X-API-Key: <Key>". A create whose external_source and
-// external_id are already taken in the project answers 409 with the
-// existing comment's id, as Plane's API does.
+// Plane is a fake Plane API under /api/v1, answering as Plane's own
+// views do (apps/api/plane/api in makeplane/plane): projects and work
+// items (read), work item comments (create, edit) with "X-Api-Key:
+// <Key>", and the agent runs of an app (see planeagent.go) with
+// "Authorization: Bearer <BotToken>".
+//
+// A comment create checks for a comment of the same external_source and
+// external_id in the project and answers 409 with its id, as Plane's view
+// does; like that view, it checks and then inserts, with no constraint in
+// between: two creates at once can both succeed (see BetweenCheckAndInsert).
+// Requests with an API key are limited per key as Plane's
+// ApiKeyRateThrottle does (RateLimit a minute, default 60): past it, 429
+// with Retry-After and DRF's "detail".
 type Plane struct {
 	*httptest.Server
 	faults
 	// Key is the only accepted API key.
 	Key string
+	// BotToken is the only accepted bearer token of the agent app.
+	BotToken string
+	// RateLimit is how many requests a key may make in a minute; set it
+	// before the first request. Zero means PlaneRateLimitDefault; negative
+	// turns the limit off.
+	RateLimit int
+	// Now is the clock of the rate limit; nil is time.Now.
+	Now func() time.Time
+	// BetweenCheckAndInsert, when set, is called by a comment create
+	// after its check for an existing external id and before its insert,
+	// with the fake unlocked: a test holds creates there to let another
+	// pass the same check.
+	BetweenCheckAndInsert func(item string)
 
 	mu       sync.Mutex
-	items    map[string]bool // "workspace/project/item"
+	items    map[string]int    // "workspace/project/item" -> sequence id
+	idents   map[string]string // "workspace/project" -> identifier
 	comments []*PlaneComment
 	nextID   int
+	history  map[string][]time.Time // per key, newest first, as DRF keeps it
+	runs     map[string]*PlaneRun
 }
+
+// PlaneRateLimitDefault is Plane's API_KEY_RATE_LIMIT default, 60/minute.
+const PlaneRateLimitDefault = 60
 
 // NewPlane starts a fake Plane for the test.
 func NewPlane(t testing.TB, key string) *Plane {
-	p := &Plane{Key: key, items: map[string]bool{}}
+	p := &Plane{Key: key, BotToken: key + "-bot", items: map[string]int{}, idents: map[string]string{},
+		history: map[string][]time.Time{}, runs: map[string]*PlaneRun{}}
 	mux := http.NewServeMux()
-	route := func(pattern string, h func(http.ResponseWriter, *http.Request)) {
-		mux.HandleFunc(pattern, p.wrap(pattern[len("POST "):], h))
+	route := func(method, pattern string, h func(http.ResponseWriter, *http.Request)) {
+		mux.HandleFunc(method+" "+pattern, p.wrap(pattern, h))
 	}
-	route("POST /api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/", p.onItem(p.create))
-	// The same length prefix: "PATCH" is one letter longer, so route by hand.
-	mux.HandleFunc("PATCH /api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/",
-		p.wrap("/api/v1/workspaces/{slug}/projects/{project}/issues/{item}/comments/{id}/", p.onItem(p.edit)))
+	const item = "/api/v1/workspaces/{slug}/projects/{project}/issues/{item}/"
+	route("GET", "/api/v1/workspaces/{slug}/projects/{project}/", p.project)
+	route("GET", item, p.workItem)
+	route("POST", item+"comments/", p.onItem(p.create))
+	route("PATCH", item+"comments/{id}/", p.onItem(p.edit))
+	p.agentRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, planeMsg("Page not found."))
 	})
@@ -54,10 +90,34 @@ func NewPlane(t testing.TB, key string) *Plane {
 
 func planeMsg(m string) any { return map[string]string{"error": m} }
 
-// AddItem makes work item item of project in workspace exist.
-func (p *Plane) AddItem(workspace, project, item string) {
+// SetIdentifier makes project of workspace exist with identifier (e.g.
+// WID): GET on the project answers it.
+func (p *Plane) SetIdentifier(workspace, project, identifier string) {
 	p.mu.Lock()
-	p.items[workspace+"/"+project+"/"+item] = true
+	p.idents[workspace+"/"+project] = identifier
+	p.mu.Unlock()
+}
+
+// AddItem makes work item item of project in workspace exist, with the
+// project's next sequence id, which it returns.
+func (p *Plane) AddItem(workspace, project, item string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seq := 1
+	prefix := workspace + "/" + project + "/"
+	for k, n := range p.items {
+		if strings.HasPrefix(k, prefix) && n >= seq {
+			seq = n + 1
+		}
+	}
+	p.items[prefix+item] = seq
+	return seq
+}
+
+// AddItemSeq makes work item item exist with sequence id seq.
+func (p *Plane) AddItemSeq(workspace, project, item string, seq int) {
+	p.mu.Lock()
+	p.items[workspace+"/"+project+"/"+item] = seq
 	p.mu.Unlock()
 }
 
@@ -85,14 +145,75 @@ func (p *Plane) Comments(item string) []PlaneComment {
 
 func (p *Plane) wrap(route string, h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get("X-API-Key")
+		key := r.Header.Get("X-Api-Key")
 		ft := p.note(r, route, key)
 		if key != p.Key {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Authentication credentials were not provided."})
 			return
 		}
+		if wait, ok := p.throttle(key); !ok {
+			// DRF's Throttled: Retry-After in whole seconds, and "detail".
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{
+				"detail": fmt.Sprintf("Request was throttled. Expected available in %d seconds.", secs)})
+			return
+		}
 		answer(w, r, ft, h, planeMsg)
 	}
+}
+
+// throttle counts a request of key as DRF's SimpleRateThrottle does: a
+// sliding minute of request times; a request over the limit is refused
+// with the wait DRF computes (the time until the oldest request leaves
+// the window, spread over the requests then available).
+func (p *Plane) throttle(key string) (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	limit := cmp.Or(p.RateLimit, PlaneRateLimitDefault)
+	if limit < 0 {
+		return 0, true
+	}
+	now := time.Now()
+	if p.Now != nil {
+		now = p.Now()
+	}
+	h := p.history[key]
+	for len(h) > 0 && !h[len(h)-1].After(now.Add(-time.Minute)) {
+		h = h[:len(h)-1]
+	}
+	if len(h) >= limit {
+		p.history[key] = h
+		remaining := time.Minute - now.Sub(h[len(h)-1])
+		return remaining / time.Duration(limit-len(h)+1), false
+	}
+	p.history[key] = append([]time.Time{now}, h...)
+	return 0, true
+}
+
+// project answers GET on a project: its id and identifier.
+func (p *Plane) project(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	ident, ok := p.idents[r.PathValue("slug")+"/"+r.PathValue("project")]
+	p.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusNotFound, planeMsg(planeNotFound))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("project"), "identifier": ident, "name": ident})
+}
+
+// workItem answers GET on a work item: IssueSerializer's fields orch
+// reads (no project identifier: Plane does not send one).
+func (p *Plane) workItem(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	seq, ok := p.items[r.PathValue("slug")+"/"+r.PathValue("project")+"/"+r.PathValue("item")]
+	p.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusNotFound, planeMsg(planeNotFound))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("item"), "sequence_id": seq, "project": r.PathValue("project")})
 }
 
 type planeBody struct {
@@ -103,7 +224,8 @@ type planeBody struct {
 
 func (p *Plane) item(r *http.Request) (ws, project, item string, ok bool) {
 	ws, project, item = r.PathValue("slug"), r.PathValue("project"), r.PathValue("item")
-	return ws, project, item, p.items[ws+"/"+project+"/"+item]
+	_, ok = p.items[ws+"/"+project+"/"+item]
+	return ws, project, item, ok
 }
 
 func commentJSON(c *PlaneComment) any {
@@ -113,9 +235,9 @@ func commentJSON(c *PlaneComment) any {
 	}
 }
 
-// onItem reads a comment create or edit of a work item and hands it to h
-// with the fake locked. A body that is not JSON answers 400, an item the
-// fake does not have 404, as Plane does.
+// onItem reads a comment create or edit of a work item and hands it to h,
+// which locks the fake itself. A body that is not JSON answers 400, an
+// item the fake does not have 404, as Plane does.
 func (p *Plane) onItem(h func(w http.ResponseWriter, r *http.Request, b planeBody, ws, project, item string)) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var b planeBody
@@ -124,8 +246,8 @@ func (p *Plane) onItem(h func(w http.ResponseWriter, r *http.Request, b planeBod
 			return
 		}
 		p.mu.Lock()
-		defer p.mu.Unlock()
 		ws, project, item, ok := p.item(r)
+		p.mu.Unlock()
 		if !ok {
 			writeJSON(w, http.StatusNotFound, planeMsg(planeNotFound))
 			return
@@ -144,9 +266,11 @@ func (p *Plane) create(w http.ResponseWriter, r *http.Request, b planeBody, ws, 
 		return
 	}
 	src, ext := deref(b.ExternalSource), deref(b.ExternalID)
+	p.mu.Lock()
 	if src != "" && ext != "" {
 		for _, c := range p.comments {
 			if c.Project == project && c.ExternalSource == src && c.ExternalID == ext {
+				p.mu.Unlock()
 				writeJSON(w, http.StatusConflict, map[string]string{
 					"error": "Work item comment with the same external id and external source already exists",
 					"id":    c.ID,
@@ -155,6 +279,14 @@ func (p *Plane) create(w http.ResponseWriter, r *http.Request, b planeBody, ws, 
 			}
 		}
 	}
+	between := p.BetweenCheckAndInsert
+	p.mu.Unlock()
+	// Plane's view checks, then inserts: no constraint holds between.
+	if between != nil {
+		between(item)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.nextID++
 	c := &PlaneComment{
 		ID: fmt.Sprintf("0c0ffee0-0000-4000-8000-%012d", p.nextID), Workspace: ws, Project: project, Item: item,
@@ -165,6 +297,8 @@ func (p *Plane) create(w http.ResponseWriter, r *http.Request, b planeBody, ws, 
 }
 
 func (p *Plane) edit(w http.ResponseWriter, r *http.Request, b planeBody, _, _, item string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, c := range p.comments {
 		if c.ID == r.PathValue("id") && c.Item == item {
 			if b.CommentHTML != nil {

@@ -148,7 +148,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	runnerCfg := func(name string) runner.Config {
 		return runner.Config{Common: common(name), ProjectsFile: projects, Name: name, MaxConcurrency: 4, MaxAttempts: 5,
 			RetryDelay: 100 * time.Millisecond, AgentCommand: agent, AckWait: 20 * time.Second,
-			ShutdownGrace: 2 * time.Second}
+			ShutdownGrace: 2 * time.Second, AgentSandboxRW: []string{sys.runsDir}}
 	}
 	testkit.Services(t, map[string]func(context.Context) error{
 		"gateway": func(ctx context.Context) error {

@@ -39,7 +39,11 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claude := testkit.Script(t, filepath.Join(dir, "bin", "claude"), fmt.Sprintf("echo run >> %q\ncat %q\n", filepath.Join(dir, "runs"), transcript))
+	runs := filepath.Join(dir, "runs")
+	if err := os.WriteFile(runs, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	claude := testkit.Script(t, filepath.Join(dir, "bin", "claude"), fmt.Sprintf("echo run >> %q\ncat %q\n", runs, transcript))
 	projects, _ := testkit.Project(t, dir, "")
 
 	tg := testkit.NewTelegram(t, "123:fake")
@@ -47,7 +51,10 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	rn := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "runner")}, ProjectsFile: projects,
 		MaxAttempts: 3, RetryDelay: 100 * time.Millisecond, AgentCommand: claude + " -p --output-format stream-json --verbose",
-		ShutdownGrace: time.Second, AckWait: 5 * time.Second}
+		ShutdownGrace: time.Second, AckWait: 5 * time.Second,
+		// Confined (auto picks bubblewrap where it works), the stand-in
+		// may still read its transcript and count its runs.
+		AgentSandboxRO: []string{transcript}, AgentSandboxRW: []string{runs}}
 	nt := notifier.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: filepath.Join(dir, "notifier")},
 		TelegramBotToken: "123:fake", TelegramChatID: "-100", TelegramAPIURL: tg.URL, TelegramRate: 100}
 	testkit.Services(t, map[string]func(context.Context) error{
@@ -83,8 +90,8 @@ func TestDeniedToolsReachTheNotifier(t *testing.T) {
 	if len(messages) != 1 || !strings.Contains(messages[0].Text, "denied Bash") {
 		t.Errorf("Telegram got %d messages %+v, want one naming the denied tool", len(messages), messages)
 	}
-	runs, _ := os.ReadFile(filepath.Join(dir, "runs"))
-	if n := strings.Count(string(runs), "run"); n != 1 {
+	ran, _ := os.ReadFile(runs)
+	if n := strings.Count(string(ran), "run"); n != 1 {
 		t.Errorf("the agent ran %d times, want once", n)
 	}
 }

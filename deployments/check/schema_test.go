@@ -39,7 +39,9 @@ func TestRunnerRunsOtherSchemas(t *testing.T) {
 	projects, _ := testkit.Project(t, dir, "")
 
 	cfg := runner.Config{Common: service.Common{NATSURL: srv.URL(), DataDir: dir}, ProjectsFile: projects,
-		MaxConcurrency: 2, MaxAttempts: 1, AgentCommand: agent, ShutdownGrace: time.Second}
+		MaxConcurrency: 2, MaxAttempts: 1, AgentCommand: agent, ShutdownGrace: time.Second,
+		// A confined agent (auto picks bubblewrap) may write there too.
+		AgentSandboxRW: []string{runsDir}}
 	testkit.Services(t, map[string]func(context.Context) error{
 		"runner": func(ctx context.Context) error {
 			return runner.Run(ctx, cfg, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))

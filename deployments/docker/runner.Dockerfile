@@ -36,11 +36,14 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # is the smallest base where all of these are maintained packages with
 # security updates. tini is PID 1 so that processes an agent leaves behind
 # are reaped and SIGTERM reaches the runner, which then lets running agents
-# finish within ORCH_SHUTDOWN_GRACE.
+# finish within ORCH_SHUTDOWN_GRACE. bubblewrap confines each agent
+# (ORCH_AGENT_SANDBOX=bwrap: the runner does not start without it); the
+# container needs the seccomp, AppArmor and /proc settings of
+# docs/deploy.md for it to work (compose.yaml and k8s/runner.yaml set them).
 FROM debian:bookworm-slim
 ARG CLAUDE_CODE_VERSION=latest
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates git openssh-client tini \
+ && apt-get install -y --no-install-recommends bubblewrap ca-certificates git openssh-client tini \
  && if [ -n "${CLAUDE_CODE_VERSION}" ]; then \
       apt-get install -y --no-install-recommends nodejs npm \
       && npm install -g "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" \
@@ -52,7 +55,8 @@ RUN apt-get update \
 COPY --from=build /out/runner /usr/local/bin/runner
 # The agent's HOME (Claude Code keeps its settings there) and the
 # workspace (clones, worktrees, logs) are the volumes to keep.
-ENV ORCH_DATA_DIR=/var/lib/orch ORCH_WORKSPACE_DIR=/var/lib/orch/workspace ORCH_LOG_FORMAT=json HOME=/home/orch
+ENV ORCH_DATA_DIR=/var/lib/orch ORCH_WORKSPACE_DIR=/var/lib/orch/workspace ORCH_LOG_FORMAT=json HOME=/home/orch \
+    ORCH_AGENT_SANDBOX=bwrap
 WORKDIR /var/lib/orch
 USER 10001:10001
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/runner"]

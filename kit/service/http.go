@@ -108,6 +108,12 @@ type HTTP struct {
 // listener. ready is asked at every /readyz and returns why the service
 // is not ready, or nil.
 func ServeHTTP(addr string, ln net.Listener, reg *prometheus.Registry, ready func() error, log *zap.Logger) (*HTTP, error) {
+	return ServeHTTPDetail(addr, ln, reg, ready, nil, log)
+}
+
+// ServeHTTPDetail is ServeHTTP with detail's fields in every /readyz
+// answer (see Readyz): the runner says there how it confines its agents.
+func ServeHTTPDetail(addr string, ln net.Listener, reg *prometheus.Registry, ready func() error, detail func() map[string]any, log *zap.Logger) (*HTTP, error) {
 	if ln == nil {
 		if addr == "" {
 			return nil, nil
@@ -119,7 +125,7 @@ func ServeHTTP(addr string, ln net.Listener, reg *prometheus.Registry, ready fun
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", Healthz)
-	mux.Handle("GET /readyz", Readyz(ready, nil))
+	mux.Handle("GET /readyz", Readyz(ready, detail))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	h := &HTTP{ln: ln, srv: NewServer(mux, log)}
 	h.wg.Go(func() {

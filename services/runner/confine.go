@@ -3,7 +3,9 @@ package runner
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -43,6 +45,8 @@ type confinement struct {
 	exe     string
 	network sandbox.Network
 	limits  sandbox.Limits
+	// why auto runs agents unconfined: bwrap's trial at start failed.
+	why string
 }
 
 // credentialVars never reach a confined agent: the egress proxy holds
@@ -72,7 +76,7 @@ func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confin
 	if err != nil {
 		return c, err
 	}
-	c.bwrap = bwrap
+	c.bwrap, c.why = bwrap, warn
 	switch {
 	case bwrap != "":
 		log.Info("agents run confined by bubblewrap", zap.String("bwrap", bwrap), zap.String("network", string(c.network)))
@@ -86,6 +90,21 @@ func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confin
 		log.Warn("ORCH_AGENT_PIDS_MAX is an rlimit (RLIMIT_NPROC), which the kernel does not apply to root: run the runner as a non-root user for it to bind")
 	}
 	return c, nil
+}
+
+// detail is what /readyz says of the confinement: the sandbox, and, when
+// agents run unconfined, a warning saying so and why.
+func (c confinement) detail() map[string]any {
+	d := map[string]any{"sandbox": c.sandboxName()}
+	if c.bwrap != "" {
+		d["network"] = string(c.network)
+		return d
+	}
+	d["warning"] = "agents run unconfined: every agent can read what the runner can, its credentials included"
+	if c.why != "" {
+		d["warning"] = d["warning"].(string) + " (bubblewrap does not work here: " + c.why + ")"
+	}
+	return d
 }
 
 // sandboxName is what a job's record says of the sandbox.
@@ -310,4 +329,41 @@ func envValue(env []string, name string) string {
 		}
 	}
 	return v
+}
+
+// outOfMemory are the words a program's last output has when an
+// allocation failed: libc's strerror, Node's and V8's, Go's, Python's,
+// C++'s, the shells' and awk's.
+var outOfMemory = regexp.MustCompile(`(?i)out of memory|cannot allocate memory|\benomem\b|bad_alloc|memoryerror|allocation failed`)
+
+// oomTail is how much of the end of an agent's log judgeLimits reads.
+const oomTail = 64 << 10
+
+// judgeLimits names the memory limit in the error of an agent that
+// failed under one and whose output ends saying an allocation failed.
+// An rlimit does not kill: the allocation fails and the program decides
+// what to do (most print one of outOfMemory and exit), so this is what
+// the runner can honestly tell.
+func (c confinement) judgeLimits(res agent.Result, logPath string) agent.Result {
+	if c.limits.MemoryMax <= 0 || res.Err == nil || errors.Is(res.Err, agent.ErrTimeout) {
+		return res
+	}
+	f, err := os.Open(logPath)
+	if err != nil {
+		return res
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return res
+	}
+	off := max(fi.Size()-oomTail, 0)
+	buf := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return res
+	}
+	if outOfMemory.Match(buf) {
+		res.Err = fmt.Errorf("agent ran out of memory: ORCH_AGENT_MEMORY_MAX=%d bytes (RLIMIT_DATA, per process) refused an allocation: %w", c.limits.MemoryMax, res.Err)
+	}
+	return res
 }

@@ -213,6 +213,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	case agent.IsClaude(argv):
 		res = agent.JudgeWithoutResult(res, logPath)
 	}
+	res = r.conf.judgeLimits(res, logPath)
 	r.dropLocalLog(log, logPath)
 	return ended(res, c)
 }

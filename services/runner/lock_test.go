@@ -53,8 +53,7 @@ done
 `)
 			// Unconfined: the second agent looks for the first one's
 			// processes in /proc, which a sandbox's own pid namespace
-			// would hide (TestConfinedAgentLeavesNothing is the confined
-			// case).
+			// would hide (TestRunnerSIGKILL runs confined).
 			proc := e.startProcess("crashed", agentCmd, append(tc.vars, "ORCH_AGENT_SANDBOX=none")...)
 			j := job("crash-"+strings.ReplaceAll(tc.name, " ", "-"), "task-crash", proto.KindImplement)
 			e.enqueue(j)

@@ -16,8 +16,9 @@
 // reload.go (the registry on SIGHUP), intake.go (pulling jobs and the
 // shutdown), delivery.go (one delivery: checks, lock, agent), checkout.go
 // (the worktree at the job's head), agentcmd.go (the agent's argv and
-// environment, Claude Code's permissions), output.go (running the agent
-// while its output goes to JOBS_LOGS), secrets.go (the agent's words
+// environment, Claude Code's permissions), confine.go (the agent's
+// sandbox, egress proxy and limits, chosen at start), output.go (running
+// the agent while its output goes to JOBS_LOGS), secrets.go (the agent's words
 // scrubbed before the record keeps them), lease.go and lock.go, cancel.go
 // (the cancel watch), decide.go (what an outcome means: the verdict, pure
 // and table-tested), settle.go (applying the verdict: the record, ack or
@@ -97,7 +98,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	m.sandbox.WithLabelValues(conf.sandboxName()).Set(1)
-	httpSrv, err := service.ServeHTTP(cfg.HTTPAddr, cfg.Listener, m.reg, m.ready, log.Named("http"))
+	httpSrv, err := service.ServeHTTPDetail(cfg.HTTPAddr, cfg.Listener, m.reg, m.ready, conf.detail, log.Named("http"))
 	if err != nil {
 		return err
 	}

@@ -18,10 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
+	"github.com/orch-dev/orch/kit/metricstest"
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner"
 	"github.com/orch-dev/orch/services/runner/sandbox"
-	"go.uber.org/zap/zaptest"
 )
 
 // requireBwrap skips a test on a machine without bubblewrap, and fails it
@@ -288,4 +292,71 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestMemoryLimitNamedInError: an agent past ORCH_AGENT_MEMORY_MAX fails
+// its allocation, confined or not, and the job's error names the limit;
+// the record says the limits were rlimits.
+func TestMemoryLimitNamedInError(t *testing.T) {
+	for _, mode := range []sandbox.Mode{sandbox.ModeBwrap, sandbox.ModeNone} {
+		t.Run(string(mode), func(t *testing.T) {
+			if mode == sandbox.ModeBwrap {
+				requireBwrap(t)
+			}
+			e := newEnv(t, "")
+			cfg := e.config("r1", e.script(`awk 'BEGIN { s = "x"; while (1) s = s s }'`))
+			cfg.AgentSandbox = mode
+			cfg.AgentMemoryMax = 64 << 20
+			cfg.MaxAttempts = 1
+			e.start(cfg)
+			j := job("oom-"+string(mode), "task-oom", proto.KindImplement)
+			e.enqueue(j)
+			st := e.waitState(j.ID, proto.StateFailed, time.Minute)
+			if !strings.Contains(st.Error, "out of memory") || !strings.Contains(st.Error, "ORCH_AGENT_MEMORY_MAX") {
+				t.Errorf("error %q does not say the agent ran out of its memory limit", st.Error)
+			}
+			if st.Limits != "rlimit" {
+				t.Errorf("record says limits %q, want rlimit", st.Limits)
+			}
+		})
+	}
+}
+
+// TestSandboxSaidEverywhere: how agents run is on /readyz's body, in
+// orch_runner_sandbox and on every job's record; unconfined, /readyz
+// warns.
+func TestSandboxSaidEverywhere(t *testing.T) {
+	for _, mode := range []sandbox.Mode{sandbox.ModeBwrap, sandbox.ModeNone} {
+		t.Run(string(mode), func(t *testing.T) {
+			if mode == sandbox.ModeBwrap {
+				requireBwrap(t)
+			}
+			e := newEnv(t, "")
+			cfg := e.config("r1", e.script(`exit 0`))
+			cfg.AgentSandbox = mode
+			ln := testkit.Listen(t)
+			cfg.Listener = ln
+			base := "http://" + ln.Addr().String()
+			e.start(cfg)
+			j := job("said-"+string(mode), "task-said", proto.KindImplement)
+			e.enqueue(j)
+			if st := e.waitState(j.ID, proto.StateDone, time.Minute); st.Sandbox != string(mode) {
+				t.Errorf("record says sandbox %q, want %q", st.Sandbox, mode)
+			}
+			var body string
+			natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+				var code int
+				if code, body = metricstest.Get(base + "/readyz"); code != http.StatusOK {
+					return fmt.Errorf("/readyz = %d %s", code, body)
+				}
+				return nil
+			})
+			if !strings.Contains(body, `"sandbox":"`+string(mode)+`"`) || strings.Contains(body, "unconfined") != (mode == sandbox.ModeNone) {
+				t.Errorf("/readyz says %s for sandbox %s", body, mode)
+			}
+			if v, _ := metricstest.Scrape(t, base+"/metrics").Value(`orch_runner_sandbox{mode="` + string(mode) + `"}`); v != 1 {
+				t.Errorf("orch_runner_sandbox{mode=%q} = %v, want 1", mode, v)
+			}
+		})
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/jobs"
 	"github.com/orch-dev/orch/services/gateway/metrics"
+	"github.com/orch-dev/orch/services/gateway/planenames"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/spool"
 	"github.com/orch-dev/orch/services/gateway/throttle"
@@ -88,6 +89,15 @@ type Config struct {
 	SlotWait time.Duration `env:"-"`
 	// PublicURL is the base URL of links to a job.
 	PublicURL string `env:"PUBLIC_URL"`
+	// PlaneURL is Plane's base URL (https://api.plane.so) and PlaneToken
+	// (or the file PlaneTokenFile) an API key (X-Api-Key), the notifier's
+	// write-back key will do: Plane's webhooks carry no item identifier,
+	// so the gateway reads the project's identifier and the item's
+	// sequence id to name a task WID-41 (see package planenames). Unset:
+	// tasks are named by their items' ids.
+	PlaneURL       string `env:"PLANE_URL"`
+	PlaneToken     string `env:"PLANE_TOKEN"`
+	PlaneTokenFile string `env:"PLANE_TOKEN_FILE"`
 
 	// Listener, when set, is used instead of listening on HTTPAddr (tests).
 	Listener net.Listener `env:"-"`
@@ -142,6 +152,12 @@ func (c *Config) Validate() error {
 	if _, err := throttle.ParseProxies(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("ORCH_TRUSTED_PROXIES: %w", err))
 	}
+	if c.PlaneToken != "" && c.PlaneTokenFile != "" {
+		errs = append(errs, errors.New("ORCH_PLANE_TOKEN and ORCH_PLANE_TOKEN_FILE: set one, not both"))
+	}
+	if (c.PlaneURL == "") != (c.PlaneToken == "" && c.PlaneTokenFile == "") {
+		errs = append(errs, errors.New("ORCH_PLANE_URL and ORCH_PLANE_TOKEN (or _FILE) go together"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -158,6 +174,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	reg, err := registry.Load(cfg.ProjectsFile)
 	if err != nil {
 		return err
+	}
+	if cfg.PlaneTokenFile != "" {
+		if cfg.PlaneToken, err = service.ReadSecretFile("ORCH_PLANE_TOKEN_FILE", cfg.PlaneTokenFile); err != nil {
+			return err
+		}
 	}
 	var current atomic.Pointer[registry.Registry]
 	current.Store(reg)
@@ -177,6 +198,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
 		Webhooks: api.WebhookLimits{MaxConcurrent: cfg.MaxConcurrentWebhooks, BodyTimeout: cfg.BodyTimeout, SlotWait: cfg.SlotWait}, Throttle: limit,
+		PlaneNames: planenames.New(planenames.Config{
+			URL: cfg.PlaneURL, Token: cfg.PlaneToken, Known: ix.PlaneTask, Log: log.Named("planenames"),
+		}),
 	}
 	// Any gateway reads any runner's output from JOBS_LOGS.
 	dashboard := ui.New(ui.Config{

@@ -18,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/jobs"
 	"github.com/orch-dev/orch/services/gateway/metrics"
+	"github.com/orch-dev/orch/services/gateway/planenames"
 	"github.com/orch-dev/orch/services/gateway/queue"
 	"github.com/orch-dev/orch/services/gateway/throttle"
 )
@@ -49,6 +50,9 @@ type Server struct {
 	// Webhooks bounds the deliveries read at once and how long a body
 	// may take (see WebhookLimits).
 	Webhooks WebhookLimits
+	// PlaneNames finds a Plane work item's readable name (WID-41) for
+	// the task; nil names tasks by their items' ids.
+	PlaneNames *planenames.Resolver
 }
 
 // Handler returns the JSON face's router. It answers paths it does not

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"mime"
 	"net/http"
@@ -40,22 +41,25 @@ type webhookSource struct {
 	sigHeader   string
 	eventHeader string
 	delivery    string
-	decide      func(s *Server, event, delivery string, body []byte) (trigger.Decision, error)
+	decide      func(ctx context.Context, s *Server, event, delivery string, body []byte) (trigger.Decision, error)
 }
 
 var (
 	giteaSource = webhookSource{
 		name: "gitea", sigHeader: webhook.GiteaSignature,
 		eventHeader: webhook.GiteaEventType, delivery: webhook.GiteaDelivery,
-		decide: func(s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
+		decide: func(_ context.Context, s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
 			return trigger.Gitea(s.Registry(), event, delivery, body, s.nowUTC())
 		},
 	}
 	planeSource = webhookSource{
 		name: "plane", sigHeader: webhook.PlaneSignature,
 		eventHeader: webhook.PlaneEventHeader, delivery: webhook.PlaneDelivery,
-		decide: func(s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
-			return trigger.Plane(s.Registry(), event, delivery, body, s.nowUTC())
+		decide: func(ctx context.Context, s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
+			// The item's readable name, from Plane's API within a short
+			// budget (package planenames); "" keeps its id.
+			reg := s.Registry()
+			return trigger.PlaneNamed(reg, event, delivery, body, s.nowUTC(), s.PlaneNames.Name(ctx, reg, event, body))
 		},
 	}
 )
@@ -134,7 +138,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request, src webhookSour
 		return
 	}
 	verified = true
-	d, err := src.decide(s, event, delivery, body)
+	d, err := src.decide(r.Context(), s, event, delivery, body)
 	if err != nil {
 		fail(http.StatusBadRequest, metrics.OutcomeMalformed, err.Error())
 		return

@@ -25,6 +25,7 @@ type Index struct {
 	mu     sync.RWMutex
 	byID   map[string]*list.Element
 	byTask map[taskKey]map[string]struct{} // job ids of each task
+	byItem map[taskKey]map[string]struct{} // job ids of each Plane work item
 	recent *list.List                      // of *Recent, most recently changed first
 	counts map[proto.State]int
 	synced bool
@@ -45,6 +46,8 @@ type Recent struct {
 	// written is when the bucket stored this version of the record: the
 	// bucket expires it TTL later.
 	written time.Time
+	// planeItem is the job's Plane work item id, if it has one.
+	planeItem string
 }
 
 type taskKey struct{ project, task string }
@@ -52,7 +55,7 @@ type taskKey struct{ project, task string }
 // New returns an empty index.
 func New() *Index {
 	return &Index{
-		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{},
+		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{}, byItem: map[taskKey]map[string]struct{}{},
 		recent: list.New(), counts: map[proto.State]int{},
 	}
 }
@@ -183,6 +186,7 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 		ID: st.Job.ID, Kind: st.Job.Kind, Project: st.Job.Project, Task: st.Job.Task.ID,
 		State: st.State, Attempt: st.Attempt, UpdatedAt: st.UpdatedAt,
 		Runner: st.Runner, CostUSD: st.CostUSD, CreatedAt: st.Job.CreatedAt, written: written,
+		planeItem: st.Job.Task.PlaneItem,
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -198,6 +202,13 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 		ix.byTask[k] = map[string]struct{}{}
 	}
 	ix.byTask[k][r.ID] = struct{}{}
+	if r.planeItem != "" {
+		k := taskKey{r.Project, r.planeItem}
+		if ix.byItem[k] == nil {
+			ix.byItem[k] = map[string]struct{}{}
+		}
+		ix.byItem[k][r.ID] = struct{}{}
+	}
 }
 
 func (ix *Index) remove(id string) {
@@ -213,7 +224,26 @@ func (ix *Index) remove(id string) {
 		if len(ix.byTask[k]) == 0 {
 			delete(ix.byTask, k)
 		}
+		if r.planeItem != "" {
+			k := taskKey{r.Project, r.planeItem}
+			delete(ix.byItem[k], id)
+			if len(ix.byItem[k]) == 0 {
+				delete(ix.byItem, k)
+			}
+		}
 	}
+}
+
+// PlaneTask returns the task name the project's jobs of a Plane work item
+// carry, if the index holds any: the gateway names a work item's later
+// events by it, so that one item is never two tasks (see planenames).
+func (ix *Index) PlaneTask(project, item string) (string, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for id := range ix.byItem[taskKey{project, item}] {
+		return ix.byID[id].Value.(*Recent).Task, true
+	}
+	return "", false
 }
 
 // OpenJobs returns the ids of the task's jobs that have not ended.

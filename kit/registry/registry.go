@@ -42,9 +42,17 @@ type Project struct {
 	Mention string `yaml:"mention"`
 	// AgentUser is the agent's Gitea login; its comments never trigger.
 	AgentUser string `yaml:"agent_user"`
-	// PlaneAgentMember is the agent's Plane member id; assigning it
-	// triggers an implement job.
+	// PlaneAgentMember is the agent's Plane member: its user id, the id
+	// Plane's assignee ids and the editor's mentions (entity_identifier)
+	// use, not the id of its workspace membership. Assigning it triggers
+	// an implement job, mentioning it in a comment a respond job.
 	PlaneAgentMember string `yaml:"plane_agent_member"`
+	// PlaneAgentApp says the agent is installed in the workspace as a
+	// Plane agent app (Plane's Agents API, beta): the agent runs Plane
+	// creates when a person mentions or assigns it become jobs, and the
+	// notifier reports on each run (thought, actions, response) with the
+	// app's bot token. Needs plane_project and plane_workspace.
+	PlaneAgentApp bool `yaml:"plane_agent_app"`
 	// TrustedActors are the people whose words may start a job: each is
 	// gitea:<login>, plane:<member id> or plane:<email>; an untyped entry
 	// is a Gitea login or, when it holds an @, a Plane member's e-mail
@@ -189,6 +197,9 @@ func (r *Registry) add(p *Project) error {
 	}
 	if p.GiteaRepo == "" && p.PlaneProject == "" {
 		return fmt.Errorf("project %q: needs gitea_repo or plane_project", p.Key)
+	}
+	if p.PlaneAgentApp && (p.PlaneProject == "" || p.PlaneWorkspace == "") {
+		return fmt.Errorf("project %q: plane_agent_app needs plane_project and plane_workspace (the slug of the runs API's paths)", p.Key)
 	}
 	if a := p.GitAuthor; a != nil && (a.Name == "" || a.Email == "") {
 		return fmt.Errorf("project %q: git_author needs both name and email", p.Key)

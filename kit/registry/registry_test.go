@@ -234,3 +234,19 @@ func TestTrustedActorsErrorsNameTheLine(t *testing.T) {
 	bad = append(bad, parseError{"flow sequence", "projects:\n  - key: a\n    gitea_repo: x/y\n    trusted_actors: [alice, \"gitlab:bob\"]\n", `line 4: project "a": trusted_actors entry "gitlab:bob": unknown system "gitlab"`})
 	checkParseErrors(t, bad)
 }
+
+// plane_agent_app turns Plane's agent runs on; the runs API's paths need
+// the workspace's slug, so it needs plane_workspace beside plane_project.
+func TestPlaneAgentApp(t *testing.T) {
+	t.Parallel()
+	r, err := Parse([]byte("projects:\n  - key: a\n    plane_project: p1\n    plane_workspace: acme\n    plane_agent_app: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.ByKey("a"); !p.PlaneAgentApp {
+		t.Error("plane_agent_app not read")
+	}
+	checkParseErrors(t, []parseError{
+		{"no workspace", "projects:\n  - key: a\n    plane_project: p1\n    plane_agent_app: true\n", `line 2: project "a": plane_agent_app needs plane_project and plane_workspace`},
+	})
+}

@@ -9,9 +9,14 @@ import (
 // State is where a job is in its life.
 type State string
 
-// The states of a job. Done, Failed and Cancelled are terminal.
+// The states of a job. Done, Failed and Cancelled are terminal. Held is a
+// job that may not start yet (its project's budget is spent, its
+// credential is at its usage limit, or an operator paused its project):
+// it has no message in StreamJobs, only its record, and is published again
+// when the hold ends (see HoldReason).
 const (
 	StateQueued    State = "queued"
+	StateHeld      State = "held"
 	StateRunning   State = "running"
 	StateRetrying  State = "retrying"
 	StateDone      State = "done"
@@ -20,7 +25,28 @@ const (
 )
 
 // States lists every state, in the order of a job's life.
-var States = []State{StateQueued, StateRunning, StateRetrying, StateDone, StateFailed, StateCancelled}
+var States = []State{StateQueued, StateHeld, StateRunning, StateRetrying, StateDone, StateFailed, StateCancelled}
+
+// The reasons a job is held (Status.HeldReason).
+const (
+	// HoldOverBudget: the project's daily or monthly budget is spent;
+	// the job runs when the window rolls over or the budget is raised.
+	HoldOverBudget = "over_budget"
+	// HoldUsageLimit: the model account's usage limit was met; the job
+	// runs at Status.HeldUntil, the limit's reset.
+	HoldUsageLimit = "usage_limit"
+	// HoldOperator: an operator paused the job's project; the job runs
+	// when the project is resumed.
+	HoldOperator = "operator"
+)
+
+// HoldReasons lists the hold reasons.
+var HoldReasons = []string{HoldOverBudget, HoldUsageLimit, HoldOperator}
+
+// HeldMsgID is the Nats-Msg-Id of a held job's message when it is
+// published again after its hold number seq ends: a new id per hold, as
+// the duplicate window would drop the job's own id.
+func HeldMsgID(jobID string, seq int) string { return fmt.Sprintf("%s.held.%d", jobID, seq) }
 
 // Terminal reports whether no further work happens in state s.
 func (s State) Terminal() bool {
@@ -75,6 +101,26 @@ type Status struct {
 	// Limits says how the agent's memory and process limits were applied:
 	// "rlimit" or "none" (no limit set).
 	Limits string `json:"limits,omitempty"`
+
+	// HeldReason says why a held job waits (HoldOverBudget,
+	// HoldUsageLimit, HoldOperator); HeldUntil when it runs by itself,
+	// where that is known (a usage limit's reset, the budget window's
+	// end); HeldAt since when. They stay on the record after the job is
+	// released, for its page, until a later hold or the job's end.
+	HeldReason string    `json:"held_reason,omitempty"`
+	HeldUntil  time.Time `json:"held_until,omitzero"`
+	HeldAt     time.Time `json:"held_at,omitzero"`
+	// Holds counts the job's holds; HeldMsgID(job, Holds) is the id its
+	// message is published again with.
+	Holds int `json:"holds,omitempty"`
+	// AttemptBase is how many attempts the job had used when its current
+	// message was published (0 for its first message): a runner's attempt
+	// is AttemptBase plus the message's delivery count, so a held job
+	// keeps the attempts it had, and no more than MaxAttempts run in all.
+	AttemptBase int `json:"attempt_base,omitempty"`
+	// ReleasedBy names who released the job from its hold by hand (POST
+	// /jobs/{id}/release): such a job runs over its budget.
+	ReleasedBy string `json:"released_by,omitempty"`
 }
 
 // DecodeStatus parses a status record.

@@ -139,7 +139,7 @@ func (t Topology) TaskLocksBucket() jetstream.KeyValueConfig {
 }
 
 // Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ,
-// StreamLogs, BucketJobs and BucketTaskLocks. It is idempotent and returns the status
+// StreamLogs, BucketJobs, BucketTaskLocks, BucketPauses and BucketSpend. It is idempotent and returns the status
 // bucket.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream(), t.LogsStream()} {
@@ -155,8 +155,10 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 	if err != nil {
 		return nil, err
 	}
-	if _, err := EnsureBucket(ctx, js, t.TaskLocksBucket()); err != nil {
-		return nil, err
+	for _, cfg := range []jetstream.KeyValueConfig{t.TaskLocksBucket(), t.PausesBucket(), t.SpendBucket()} {
+		if _, err := EnsureBucket(ctx, js, cfg); err != nil {
+			return nil, err
+		}
 	}
 	return kv, nil
 }

@@ -210,7 +210,7 @@ func Topology(a Access) []Grant {
 	for _, c := range []string{t.JobsStream().Name, t.AdvisoriesStream().Name, t.DLQStream().Name, t.LogsStream().Name} {
 		gs = append(gs, Stream(c, a))
 	}
-	for _, c := range []string{t.JobsBucket().Bucket, t.TaskLocksBucket().Bucket} {
+	for _, c := range []string{t.JobsBucket().Bucket, t.TaskLocksBucket().Bucket, t.PausesBucket().Bucket, t.SpendBucket().Bucket} {
 		gs = append(gs, Bucket(c, a))
 	}
 	return gs

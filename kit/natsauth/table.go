@@ -27,6 +27,11 @@ var grants = map[string][]Grant{
 			// Delivery dedupe keys and dashboard logins: the gateway's alone.
 			Bucket(proto.BucketDedupe, Own),
 			Bucket(proto.BucketUISessions, Own),
+			// Spend per project and window: the dashboard and /queue show it.
+			Bucket(proto.BucketSpend, Get|Read|Info),
+			// Pauses: shown on the dashboard; an operator pauses and resumes
+			// a project (POST /projects/{key}/pause and /resume).
+			Bucket(proto.BucketPauses, Own),
 		}),
 	Runner: join(
 		base,
@@ -46,6 +51,12 @@ var grants = map[string][]Grant{
 			Bucket(proto.BucketTaskLocks, Get|Read|Write|Info),
 			// The agent's output.
 			Publish(proto.SubjectLogsAll, "the agent's output"),
+			// Spend per project and window: added to after every attempt,
+			// read before a job starts (budgets).
+			Bucket(proto.BucketSpend, Get|Read|Write|Info),
+			// Pauses: a usage limit met pauses its credential; read before
+			// a job starts, watched by the releaser of held jobs.
+			Bucket(proto.BucketPauses, Get|Read|Write|Info),
 		}),
 	Notifier: join(
 		base,
@@ -66,6 +77,9 @@ var grants = map[string][]Grant{
 			Stream(proto.StreamLogs, Info|Get|Read),
 			// The write-back's records: the notifier's alone.
 			Bucket(proto.BucketWriteback, Own),
+			// What the budget and pause alerts tell of.
+			Bucket(proto.BucketSpend, Get|Read|Info),
+			Bucket(proto.BucketPauses, Get|Read|Info),
 		}),
 }
 

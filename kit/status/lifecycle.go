@@ -14,7 +14,7 @@ import (
 //
 //	absent ──Queue [gateway, runner's pipeline]──► queued
 //
-//	absent, queued, retrying, running ──StartAttempt [runner]──► running
+//	absent, queued, held, retrying, running ──StartAttempt [runner]──► running
 //	running ──Progress [runner]──► running (same attempt)
 //
 //	running ──Finish [runner]──► done
@@ -23,11 +23,21 @@ import (
 //	running ──Requeue [runner]─► queued (runner shut down)
 //	absent, queued, running, retrying ──Reject [runner]──► failed (cannot run)
 //
-//	queued, running, retrying ──Cancel [gateway]──► cancelled
+//	absent, queued, held, running, retrying ──Hold [runner]──► held
+//	held ──Release [runner's releaser, gateway]──► queued
+//
+//	queued, held, running, retrying ──Cancel [gateway]──► cancelled
 //	cancelled ──Stopped [runner]──► cancelled (how the stopped attempt ended)
 //
 //	absent, queued, running, retrying, failed ──DeadLetter [notifier]──► failed
 //	failed ──MarkAlerted [notifier]──► failed (once)
+//
+// Hold is how a job that may not start yet waits without spending its
+// deliveries: the runner that pulled it records it held (not an attempt:
+// the record's attempt goes back to those used before) and acks its
+// message; when the hold ends, a releaser publishes the job again
+// (proto.HeldMsgID) and applies Release, which makes the next message's
+// deliveries count on from the attempts already used (AttemptBase).
 //
 // The runner's transitions accept any non-terminal record of their attempt
 // or an earlier one (a redelivery may settle a job whose record still says
@@ -237,8 +247,46 @@ func Reject(attempt, maxAttempts int, runner, cause string, now time.Time) Trans
 	}}
 }
 
-// Cancel records that a person cancelled the job: from queued, running or
-// retrying. The runners skip or stop a cancelled job.
+// Hold records that the runner that pulled delivery attempt of the job
+// may not start it, for reason (proto.HoldOverBudget, HoldUsageLimit,
+// HoldOperator), until until where that is known (zero: until the hold is
+// lifted): held. The delivery is not an attempt, nor is one that met a
+// usage limit: the record's attempt goes back to attempt-1, the attempts
+// used. A hand release (ReleasedBy) is spent by a new hold.
+func Hold(attempt int, runner, reason string, until, now time.Time) Transition {
+	return Transition{Name: "hold", apply: func(st *proto.Status) error {
+		if err := attemptGuard(st, attempt); err != nil {
+			return err
+		}
+		st.State, st.Attempt, st.Runner = proto.StateHeld, max(attempt-1, 0), runner
+		st.HeldReason, st.HeldUntil, st.HeldAt = reason, until, now
+		st.Holds++
+		st.ReleasedBy = ""
+		return nil
+	}}
+}
+
+// ErrNotHeld is returned by Release for a record that is not held.
+var ErrNotHeld = errors.New("job is not held")
+
+// Release records that a held job was published again (its hold ended,
+// or by names who released it by hand; empty: by itself): queued, its
+// next message's deliveries counted on from the attempts it used.
+func Release(by string) Transition {
+	return Transition{Name: "release", apply: func(st *proto.Status) error {
+		switch {
+		case st.State == absent:
+			return ErrNotFound
+		case st.State != proto.StateHeld:
+			return ErrNotHeld
+		}
+		st.State, st.AttemptBase, st.ReleasedBy = proto.StateQueued, st.Attempt, by
+		return nil
+	}}
+}
+
+// Cancel records that a person cancelled the job: from queued, held,
+// running or retrying. The runners skip or stop a cancelled job.
 func Cancel() Transition {
 	return Transition{Name: "cancel", apply: func(st *proto.Status) error {
 		switch {

@@ -22,44 +22,50 @@ func TestLifecycle(t *testing.T) {
 		Finish(o), Retry(o), Fail(o), Requeue(o),
 		Reject(2, 3, "r1", "unknown project", now),
 		Cancel(),
+		Hold(2, "r1", proto.HoldOverBudget, time.Time{}, now),
+		Release(""),
 		Stopped(2, "r1", -1, now),
 		DeadLetter(3, 7, now),
 		MarkAlerted(),
 	}
 	const (
 		q, ru, re  = proto.StateQueued, proto.StateRunning, proto.StateRetrying
+		he         = proto.StateHeld
 		do, fa, ca = proto.StateDone, proto.StateFailed, proto.StateCancelled
 	)
 	// want[transition][state] is the state after the transition, or the
 	// refusal, for a record of attempt 2 (the transition's own).
 	type cell = any
-	states := []proto.State{absent, q, ru, re, do, fa, ca}
+	states := []proto.State{absent, q, he, ru, re, do, fa, ca}
 	want := map[string][]cell{
-		//                 absent       queued        running        retrying       done         failed       cancelled
-		"queue":         {q, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists},
-		"start attempt": {ru, ru, ru, ru, ErrTerminal, ErrTerminal, ErrTerminal},
-		"progress":      {ErrNotRunning, ErrNotRunning, ru, ErrNotRunning, ErrTerminal, ErrTerminal, ErrTerminal},
-		"finish":        {do, do, do, do, ErrTerminal, ErrTerminal, ErrTerminal},
-		"retry":         {re, re, re, re, ErrTerminal, ErrTerminal, ErrTerminal},
-		"fail":          {fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
-		"requeue":       {q, q, q, q, ErrTerminal, ErrTerminal, ErrTerminal},
-		"reject":        {fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
-		"cancel":        {ErrNotFound, ca, ca, ca, ErrTerminal, ErrTerminal, ErrTerminal},
-		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ca},
-		"dead-letter":   {fa, fa, fa, fa, ErrTerminal, fa, ErrTerminal},
-		"mark alerted":  {ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, fa, ErrNotFailed},
+		//                 absent       queued        held           running        retrying       done         failed       cancelled
+		"queue":         {q, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists, ErrExists},
+		"start attempt": {ru, ru, ru, ru, ru, ErrTerminal, ErrTerminal, ErrTerminal},
+		"progress":      {ErrNotRunning, ErrNotRunning, ErrNotRunning, ru, ErrNotRunning, ErrTerminal, ErrTerminal, ErrTerminal},
+		"finish":        {do, do, do, do, do, ErrTerminal, ErrTerminal, ErrTerminal},
+		"retry":         {re, re, re, re, re, ErrTerminal, ErrTerminal, ErrTerminal},
+		"fail":          {fa, fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
+		"requeue":       {q, q, q, q, q, ErrTerminal, ErrTerminal, ErrTerminal},
+		"reject":        {fa, fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
+		"cancel":        {ErrNotFound, ca, ca, ca, ca, ErrTerminal, ErrTerminal, ErrTerminal},
+		"hold":          {he, he, he, he, he, ErrTerminal, ErrTerminal, ErrTerminal},
+		"release":       {ErrNotFound, ErrNotHeld, q, ErrNotHeld, ErrNotHeld, ErrNotHeld, ErrNotHeld, ErrNotHeld},
+		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ca},
+		"dead-letter":   {fa, fa, fa, fa, fa, ErrTerminal, fa, ErrTerminal},
+		"mark alerted":  {ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, ErrNotFailed, fa, ErrNotFailed},
 	}
 	// wantLater overrides want for a record that a later attempt (3)
 	// owns: a runner's write for attempt 2 is refused.
 	wantLater := map[string][]cell{
-		"start attempt": {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"progress":      {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"finish":        {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"retry":         {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"fail":          {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"requeue":       {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"reject":        {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
-		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrSuperseded},
+		"start attempt": {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"progress":      {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"finish":        {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"retry":         {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"fail":          {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"requeue":       {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"reject":        {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"hold":          {ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrSuperseded, ErrTerminal, ErrTerminal, ErrTerminal},
+		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrSuperseded},
 	}
 	if len(want) != len(transitions) {
 		t.Fatalf("table has %d transitions, want %d", len(want), len(transitions))
@@ -158,5 +164,39 @@ func TestSettledRecordsOutcome(t *testing.T) {
 	}
 	if st.Attempt != 3 || st.DLQSeq != 5 || !st.FinishedAt.Equal(now) {
 		t.Errorf("dead-letter without a new message lost what was known: %+v", st)
+	}
+}
+
+// TestHoldKeepsAttempts follows a job held after its first attempt met a
+// usage limit, then released: its next delivery is attempt 1 again (the
+// held delivery was no attempt), and its message's deliveries count on
+// from the attempts used.
+func TestHoldKeepsAttempts(t *testing.T) {
+	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
+	until := now.Add(time.Hour)
+	st := &proto.Status{}
+	for _, tr := range []Transition{
+		StartAttempt(1, 3, "r1", "", now), Retry(Outcome{Attempt: 1, MaxAttempts: 3}),
+		StartAttempt(2, 3, "r1", "", now), Hold(2, "r1", proto.HoldUsageLimit, until, now),
+	} {
+		if err := tr.apply(st); err != nil {
+			t.Fatalf("%s: %v", tr.Name, err)
+		}
+	}
+	if st.State != proto.StateHeld || st.Attempt != 1 || st.HeldReason != proto.HoldUsageLimit ||
+		!st.HeldUntil.Equal(until) || st.Holds != 1 {
+		t.Fatalf("held record: %+v", st)
+	}
+	if err := Release("alice").apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != proto.StateQueued || st.AttemptBase != 1 || st.ReleasedBy != "alice" {
+		t.Fatalf("released record: %+v", st)
+	}
+	if err := Release("").apply(st); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
+	}
+	if err := Hold(2, "r1", proto.HoldOverBudget, time.Time{}, now).apply(st); err != nil || st.Holds != 2 || st.ReleasedBy != "" {
+		t.Fatalf("second hold: %v %+v", err, st)
 	}
 }

@@ -15,7 +15,7 @@ export ORCH_RETRY_DELAY    ?= 5s
 # The stand-in agent's knobs pass the runner's allow-list of variables.
 export ORCH_AGENT_ENV      ?= ORCH_STANDIN_EXIT,ORCH_STANDIN_SLEEP
 
-.PHONY: all build run sample test test-unit fuzz-short lint bench bench-big fuzz soak clean tidy browser
+.PHONY: all build run sample test test-unit fuzz-short lint bench bench-big fuzz soak soak-cluster clean tidy browser
 
 all: lint test
 
@@ -98,6 +98,18 @@ bench-big:
 SOAK_N ?= 10000
 soak:
 	cd bench && ORCH_SOAK_N=$(SOAK_N) go test -count=1 -timeout 90m -run '^TestSoak$$' -v ./soak
+
+# soak-cluster: SOAK_CLUSTER_N jobs at SOAK_RATE a second through the real
+# binaries on a three-server JetStream cluster (nats-server processes
+# built from the module, every stream and bucket R3, kit/natsauth's
+# logins, routes through proxies): make soak's runner kills and failing
+# agents, a server SIGKILLed and restarted every 20 s (the leaders of
+# JOBS, its consumer, KV jobs and the task locks among the victims), and
+# one server cut off from the others for 30 s.
+SOAK_CLUSTER_N ?= 5000
+SOAK_RATE      ?= 5
+soak-cluster:
+	cd bench && ORCH_SOAK_CLUSTER_N=$(SOAK_CLUSTER_N) ORCH_SOAK_RATE=$(SOAK_RATE) go test -count=1 -timeout 60m -run '^TestSoakCluster$$' -v ./soak
 # --- end bench and soak ---
 
 ## browser: install Debian's chromium, which the dashboard's browser tests

@@ -104,7 +104,15 @@ type report struct {
 	// status bucket once the system was quiet (-1: it never did).
 	calmRate, chaosRate float64
 	queueLag            time.Duration
-	problems            []string
+	// refused is the webhooks answered otherwise than 202 before their
+	// 202 (or not answered), spooled those whose 202 said spooled, and
+	// spoolPeak the gateway's deepest spool seen.
+	refused, spooled, spoolPeak int
+	// waitMax is the longest a job waited from its 202 to its first agent
+	// run; waitMaxOutage the longest of the waits that overlapped an
+	// outage (a JetStream restart, a cluster member down or cut off).
+	waitMax, waitMaxOutage time.Duration
+	problems               []string
 }
 
 func (r *report) problem(format string, args ...any) {
@@ -128,8 +136,18 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 	}
 	var events []event
 
+	outages := s.outages()
 	for _, j := range jobs {
 		known[j.id] = true
+		if j.refused > 0 {
+			r.refused++
+			if s.cluster != nil {
+				r.problem("webhook of job %s was answered %d times otherwise than 202 before its 202 (last: %s)", j.id, j.refused, j.refusal)
+			}
+		}
+		if j.spooled {
+			r.spooled++
+		}
 		st, err := s.status(ctx, j.id)
 		switch {
 		case err != nil:
@@ -164,6 +182,13 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 			continue
 		}
 		r.runs += len(runs)
+		if len(runs) > 0 && !j.accepted.IsZero() {
+			w := window{j.accepted, runs[0].start}
+			r.waitMax = max(r.waitMax, w.to.Sub(w.from))
+			if slices.ContainsFunc(outages, w.overlaps) {
+				r.waitMaxOutage = max(r.waitMaxOutage, w.to.Sub(w.from))
+			}
+		}
 		if len(runs) > maxAttempts {
 			r.problem("job %s: %d agent runs, more than ORCH_MAX_ATTEMPTS=%d", j.id, len(runs), maxAttempts)
 		}
@@ -259,11 +284,28 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 		r.problem("GET /queue counts done=%d failed=%d, the status bucket holds done=%d failed=%d (the gateway's index is stale)",
 			r.queue["done"], r.queue["failed"], r.done, r.failed)
 	}
-	if r.kills == 0 || r.jsRestarts != 1 {
+	r.spoolPeak = s.spoolPeak
+	switch {
+	case s.cluster != nil:
+		s.cluster.check(r, s.dir)
+	case r.kills == 0 || r.jsRestarts != 1:
 		r.problem("chaos incomplete: %d runner kills, %d JetStream restarts", r.kills, r.jsRestarts)
 	}
 	return r
 }
+
+// outages are the windows in which JetStream, or a part of it, was away:
+// the JetStream restart, and a cluster member down or cut off until it
+// was current again.
+func (s *system) outages() []window {
+	out := slices.Clone(s.jsDown)
+	if s.cluster != nil {
+		out = append(out, s.cluster.windows()...)
+	}
+	return out
+}
+
+func (w window) overlaps(o window) bool { return w.from.Before(o.to) && o.from.Before(w.to) }
 
 // explainedRedelivery reports whether a kill of prev's runner or a
 // JetStream restart came between a successful run and the next one: the
@@ -275,7 +317,7 @@ func (s *system) explainedRedelivery(prev, next run) bool {
 	if t, ok := s.ended[prev.tag]; ok && s.killed[prev.tag] && t.After(prev.end.Add(-orphanGrace)) && t.Before(next.start) {
 		return true
 	}
-	for _, w := range s.jsDown {
+	for _, w := range s.outages() {
 		if w.to.After(prev.end) && w.from.Before(next.start) {
 			return true
 		}
@@ -295,6 +337,8 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "  agent runs             %d: %d planned failures, %d killed with their runner, %d redelivered after a lost ack, none unexplained unless listed below\n",
 		r.runs, r.plannedFailures, r.killedRuns, r.redeliveredAfterSuccess)
 	fmt.Fprintf(w, "  chaos                  %d runner SIGKILLs, %d JetStream restart(s)\n", r.kills, r.jsRestarts)
+	fmt.Fprintf(w, "  webhooks               %d answered otherwise than 202 first, %d spooled; spool peak %d\n", r.refused, r.spooled, r.spoolPeak)
+	fmt.Fprintf(w, "  wait for a slot        longest %v, longest across an outage %v\n", r.waitMax.Round(time.Millisecond), r.waitMaxOutage.Round(time.Millisecond))
 	fmt.Fprintf(w, "  max agents at once     %d (limit %d)\n", r.maxConcurrent, maxConcurrency)
 	fmt.Fprintf(w, "  lost                   %d\n", r.lost)
 	if len(r.problems) == 0 {
@@ -316,12 +360,22 @@ func countRuns(dir, id string) int {
 	return len(runs)
 }
 
-// killsBetween counts the runner SIGKILLs from from to to.
+// killsBetween counts the runner SIGKILLs from from to to, and the
+// cluster's outages that overlap that time: each may cost every job in
+// flight a delivery (a lease lost while a leader moves).
 func (s *system) killsBetween(from, to time.Time) int {
 	n := 0
 	for tag, at := range s.ended {
 		if s.killed[tag] && !at.Before(from) && !at.After(to) {
 			n++
+		}
+	}
+	if s.cluster != nil {
+		life := window{from, to}
+		for _, w := range s.cluster.windows() {
+			if w.overlaps(life) {
+				n++
+			}
 		}
 	}
 	return n

@@ -69,8 +69,8 @@ func alerts(tg *testkit.Telegram) (map[string]int, int) {
 	return out, len(msgs)
 }
 
-// system is the soak's world: the server in this process, the services as
-// child processes.
+// system is the soak's world: the server in this process (or the cluster
+// of cluster_test.go), the services as child processes.
 type system struct {
 	t        *testing.T
 	dir      string
@@ -83,16 +83,28 @@ type system struct {
 	kv       jetstream.KeyValue
 	tg       *testkit.Telegram
 	gateway  string
+	// natsURL is every service's ORCH_NATS_URL; natsEnv, if set, adds a
+	// service's NATS settings (its login, the replicas).
+	natsURL string
+	natsEnv func(service string) []string
+	// rate paces the webhooks, per second; 0 posts them as fast as the
+	// senders go.
+	rate float64
+	// cluster is the cluster soak's servers and their chaos; nil on one
+	// server.
+	cluster *clusterChaos
 
-	mu      sync.Mutex
-	procs   map[string]*proc.Proc // by service name: gateway, notifier, r1, r2
-	gen     map[string]int        // incarnations of each runner
-	ended   map[string]time.Time  // incarnation tag -> when it was killed or stopped
-	killed  map[string]bool       // incarnation tags that were SIGKILLed
-	kills   int
-	jsDown  []window // JetStream restarts
-	client  *http.Client
-	started time.Time
+	mu     sync.Mutex
+	procs  map[string]*proc.Proc // by service name: gateway, notifier, r1, r2
+	gen    map[string]int        // incarnations of each runner
+	ended  map[string]time.Time  // incarnation tag -> when it was killed or stopped
+	killed map[string]bool       // incarnation tags that were SIGKILLed
+	kills  int
+	jsDown []window // JetStream restarts
+	// spoolPeak is the deepest the gateway's spool was seen (sampleSpool).
+	spoolPeak int
+	client    *http.Client
+	started   time.Time
 }
 
 type window struct{ from, to time.Time }
@@ -137,6 +149,7 @@ func TestSoak(t *testing.T) {
 	chaosCtx, stopChaos := context.WithCancel(ctx)
 	chaosStart := time.Now()
 	chaos.Go(func() { sys.chaos(chaosCtx, &posted, int64(calmN), int64(n)) })
+	chaos.Go(func() { sys.sampleSpool(chaosCtx) })
 	defer func() { stopChaos(); chaos.Wait() }()
 	rest, err := sys.post(ctx, calmN, n, n, &posted)
 	if err != nil {
@@ -175,6 +188,24 @@ func TestSoak(t *testing.T) {
 }
 
 func newSystem(t *testing.T) *system {
+	sys := prepare(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var err error
+	sys.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(sys.dir, "jetstream"), SyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sys.srv.Shutdown)
+	sys.natsURL = sys.srv.URL()
+	sys.connect(ctx, proto.Topology{})
+	sys.startServices(ctx)
+	return sys
+}
+
+// prepare builds the binaries and makes the project, the agent and the
+// fake Telegram: everything but NATS and the services.
+func prepare(t *testing.T) *system {
 	// ORCH_SOAK_DIR keeps the processes' logs and data for a post-mortem.
 	dir := os.Getenv("ORCH_SOAK_DIR")
 	if dir == "" {
@@ -203,22 +234,41 @@ func newSystem(t *testing.T) *system {
 		t.Fatal(err)
 	}
 	sys.tg = testkit.NewTelegram(t, "123:abc")
+	return sys
+}
 
-	sys.srv, err = embedded.Start(embedded.Options{Port: -1, StoreDir: filepath.Join(dir, "jetstream"), SyncAlways: true})
+// connect connects the soak's own client to s.natsURL (with opts: a
+// login), ensures topo (the gateway would: the services find it there)
+// and keeps the JetStream handle and the status bucket. Its calls are
+// retried: a cluster may still be electing leaders.
+func (s *system) connect(ctx context.Context, topo proto.Topology, opts ...nats.Option) {
+	s.t.Helper()
+	nc, err := nats.Connect(s.natsURL, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, opts...)...)
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
-	t.Cleanup(sys.srv.Shutdown)
-	nc, err := nats.Connect(sys.srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
+	s.t.Cleanup(nc.Close)
+	s.js, _ = jetstream.New(nc)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		s.kv, err = topo.Ensure(cctx, s.js)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	t.Cleanup(nc.Close)
-	sys.js, _ = jetstream.New(nc)
-	if sys.kv, err = (proto.Topology{}).Ensure(ctx, sys.js); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sys.stopAll) // also on a failed start
+}
+
+// startServices starts the gateway, the notifier and both runners, and
+// waits until they are ready.
+func (s *system) startServices(ctx context.Context) {
+	t := s.t
+	t.Cleanup(s.stopAll) // also on a failed start
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -226,20 +276,23 @@ func newSystem(t *testing.T) *system {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	sys.gateway = "http://" + addr
-	sys.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET="+gitea.Secret, "ORCH_PLANE_SECRET=plane-secret",
+	s.gateway = "http://" + addr
+	s.start("gateway", "ORCH_HTTP_ADDR="+addr, "ORCH_GITEA_SECRET="+gitea.Secret, "ORCH_PLANE_SECRET=plane-secret",
 		"ORCH_API_TOKEN="+apiToken)
-	sys.start("notifier", "ORCH_TELEGRAM_BOT_TOKEN=123:abc", "ORCH_TELEGRAM_CHAT_ID=42",
-		"ORCH_TELEGRAM_API_URL="+sys.tg.URL, "ORCH_NOTIFY_RETRY_DELAY=200ms")
-	sys.startRunner("r1")
-	sys.startRunner("r2")
-	sys.waitReady(ctx)
-	sys.started = time.Now()
-	return sys
+	s.start("notifier", "ORCH_TELEGRAM_BOT_TOKEN=123:abc", "ORCH_TELEGRAM_CHAT_ID=42",
+		"ORCH_TELEGRAM_API_URL="+s.tg.URL, "ORCH_NOTIFY_RETRY_DELAY=200ms")
+	s.startRunner("r1")
+	s.startRunner("r2")
+	s.waitReady(ctx)
+	s.started = time.Now()
 }
 
 func (s *system) env(name string) []string {
-	return proc.ServiceEnv(s.srv.URL(), s.dir, s.registry, name)
+	env := proc.ServiceEnv(s.natsURL, s.dir, s.registry, name)
+	if s.natsEnv != nil {
+		env = append(env, s.natsEnv(serviceOf(name))...)
+	}
+	return env
 }
 
 func (s *system) start(name string, env ...string) {
@@ -277,6 +330,8 @@ func (s *system) startRunner(name string) {
 		// its job can run elsewhere.
 		"ORCH_AGENT_KILL_GRACE=500ms",
 		"ORCH_AGENT_COMMAND=sh "+s.agent+" "+tag+" "+s.records,
+		// A confined agent sees the script and writes its records.
+		"ORCH_AGENT_SANDBOX_RO="+s.agent, "ORCH_AGENT_SANDBOX_RW="+s.records,
 	)
 }
 
@@ -345,7 +400,8 @@ func (s *system) consumerInfo(ctx context.Context, stream, consumer string) (*je
 // chaos SIGKILLs a runner (r1 and r2 in turn) every killEvery and starts
 // it again, and restarts JetStream once, when half of the jobs after the
 // first from are posted and runners have been killed twice (so that work
-// is in flight), until ctx ends.
+// is in flight), until ctx ends. On a cluster the servers' chaos is
+// clusterChaos.run's, and JetStream is not restarted here.
 func (s *system) chaos(ctx context.Context, posted *atomic.Int64, from, n int64) {
 	tick := time.NewTicker(killEvery)
 	defer tick.Stop()
@@ -361,7 +417,7 @@ func (s *system) chaos(ctx context.Context, posted *atomic.Int64, from, n int64)
 			s.mu.Lock()
 			kills := s.kills
 			s.mu.Unlock()
-			if !restarted && posted.Load() >= from+(n-from)/2 && kills >= 2 {
+			if s.cluster == nil && !restarted && posted.Load() >= from+(n-from)/2 && kills >= 2 {
 				restarted = true
 				s.restartJetStream()
 			}
@@ -384,6 +440,47 @@ func (s *system) chaos(ctx context.Context, posted *atomic.Int64, from, n int64)
 	}
 }
 
+// sampleSpool reads the gateway's spool depth from its /metrics every
+// 100 ms until ctx ends, and keeps the deepest in s.spoolPeak.
+func (s *system) sampleSpool(ctx context.Context) {
+	for {
+		if d, err := s.spoolDepth(ctx); err == nil {
+			s.mu.Lock()
+			s.spoolPeak = max(s.spoolPeak, d)
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// spoolDepth is the gateway's orch_gateway_spool_depth.
+func (s *system) spoolDepth(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.gateway+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	m := spoolDepthLine.FindSubmatch(body)
+	if m == nil {
+		return 0, errors.New("no orch_gateway_spool_depth in /metrics")
+	}
+	return strconv.Atoi(string(m[1]))
+}
+
+var spoolDepthLine = regexp.MustCompile(`(?m)^orch_gateway_spool_depth ([0-9]+)`)
+
 func (s *system) restartJetStream() {
 	from := time.Now()
 	if err := s.srv.Restart(); err != nil {
@@ -399,11 +496,20 @@ func (s *system) restartJetStream() {
 type job struct {
 	id     string
 	doomed bool
+	// accepted is when the gateway answered 202; spooled says it kept
+	// the webhook on disk for JetStream; refused counts the answers
+	// before that 202 that were not one (or no answer at all).
+	accepted time.Time
+	spooled  bool
+	refused  int
+	// refusal is the last of those answers.
+	refusal string
 }
 
 // post sends the distinct webhooks from to to (of n in all) on a few
 // senders, each retried until the gateway answers 202 (it may answer 503
-// while JetStream restarts), and returns the jobs they queued.
+// while JetStream restarts), and returns the jobs they queued. With a
+// rate, webhook i is sent no sooner than i/rate seconds after the first.
 func (s *system) post(ctx context.Context, from, to, n int, posted *atomic.Int64) ([]job, error) {
 	jobs := make([]job, to-from)
 	var (
@@ -412,21 +518,30 @@ func (s *system) post(ctx context.Context, from, to, n int, posted *atomic.Int64
 		errs []error
 	)
 	g.SetLimit(senders)
+	start := time.Now()
 	for i := from; i < to; i++ {
+		if s.rate > 0 {
+			at := start.Add(time.Duration(float64(i-from) / s.rate * float64(time.Second)))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(at)):
+			}
+		}
 		g.Go(func() error {
 			pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i}
 			doomed := i%doomedEvery == doomedEvery-1
 			if doomed {
 				pr.Branch = fmt.Sprintf("agent/doomed-%d", i%5)
 			}
-			id, err := s.send(ctx, pr)
+			j, err := s.send(ctx, pr)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 				return nil // one failed webhook does not stop the others
 			}
-			jobs[i-from] = job{id: id, doomed: doomed}
+			j.doomed = doomed
+			jobs[i-from] = j
 			posted.Add(1)
 			return nil
 		})
@@ -441,38 +556,43 @@ func (s *system) post(ctx context.Context, from, to, n int, posted *atomic.Int64
 	return out, errors.Join(errs...)
 }
 
-func (s *system) send(ctx context.Context, pr gitea.PR) (string, error) {
+// send posts pr's webhook until the gateway answers 202, and returns its
+// job, with what came before that answer.
+func (s *system) send(ctx context.Context, pr gitea.PR) (job, error) {
 	d, err := gitea.New(pr)
 	if err != nil {
-		return "", err
+		return job{}, err
 	}
 	deadline := time.Now().Add(time.Minute)
-	var last string
+	var j job
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		req, err := d.Request(s.gateway, pr.Seq)
 		if err != nil {
-			return "", err
+			return job{}, err
 		}
 		resp, err := s.client.Do(req.WithContext(ctx))
 		if err != nil {
-			last = err.Error()
+			j.refused++
+			j.refusal = err.Error()
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusAccepted {
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			j.refused++
+			j.refusal = fmt.Sprintf("%d %s", resp.StatusCode, body)
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
 		var ans gitea.Accepted
 		if err := json.Unmarshal(body, &ans); err != nil || len(ans.Jobs) != 1 {
-			return "", fmt.Errorf("webhook %d answer %s: want one job", pr.Seq, body)
+			return job{}, fmt.Errorf("webhook %d answer %s: want one job", pr.Seq, body)
 		}
-		return ans.Jobs[0].ID, nil
+		j.id, j.accepted, j.spooled = ans.Jobs[0].ID, time.Now(), ans.Spooled
+		return j, nil
 	}
-	return "", fmt.Errorf("webhook %d never accepted: %s", pr.Seq, last)
+	return job{}, fmt.Errorf("webhook %d never accepted: %s", pr.Seq, j.refusal)
 }
 
 func (s *system) status(ctx context.Context, id string) (*proto.Status, error) {

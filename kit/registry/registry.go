@@ -93,6 +93,16 @@ type Project struct {
 	// WritebackOff. Empty means WritebackBoth wherever the tracker's URL
 	// and token are configured.
 	Writeback string `yaml:"writeback"`
+	// Budget limits the project's spend per day and month (spend.go).
+	Budget *Budget `yaml:"budget"`
+	// MaxCostUSD limits one job's spend, per kind where a map.
+	MaxCostUSD CostCap `yaml:"max_cost_usd"`
+	// MaxTurns limits one attempt's agent turns (Claude Code's
+	// --max-turns); 0 is none.
+	MaxTurns int `yaml:"max_turns"`
+	// Supersede says which older jobs of a task and kind a newer one
+	// cancels: SupersedeQueued (the default) or SupersedeRunning.
+	Supersede string `yaml:"supersede"`
 }
 
 // The values of Project.Writeback.
@@ -212,6 +222,22 @@ func (r *Registry) add(p *Project) error {
 	for _, d := range p.SparseCheckout {
 		if !sparseDir(d) {
 			return fmt.Errorf("project %q: sparse_checkout %q: want a directory of the repository, like src/api", p.Key, d)
+		}
+	}
+	if err := p.checkSpend(); err != nil {
+		return err
+	}
+	if p.MaxConcurrency < 0 {
+		return fmt.Errorf("project %q: max_concurrency %d: want 0 (no limit of its own) or more", p.Key, p.MaxConcurrency)
+	}
+	for kind, level := range p.Priority {
+		if !proto.Kind(kind).Valid() {
+			return fmt.Errorf("project %q: priority %s: unknown kind", p.Key, kind)
+		}
+		switch level {
+		case PriorityHigh, PriorityNormal, PriorityLow:
+		default:
+			return fmt.Errorf("project %q: priority %s: %q: want high, normal or low", p.Key, kind, level)
 		}
 	}
 	switch p.Writeback {

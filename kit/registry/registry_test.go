@@ -250,3 +250,37 @@ func TestPlaneAgentApp(t *testing.T) {
 		{"no workspace", "projects:\n  - key: a\n    plane_project: p1\n    plane_agent_app: true\n", `line 2: project "a": plane_agent_app needs plane_project and plane_workspace`},
 	})
 }
+
+// The spend keys: a budget, a cap as a number or a map by kind, turns and
+// supersede; a negative limit or an unknown supersede is refused.
+func TestSpendKeys(t *testing.T) {
+	r, err := Parse([]byte(`
+projects:
+  - key: a
+    gitea_repo: acme/a
+    budget: {daily_usd: 1.5, monthly_usd: 20}
+    max_cost_usd: 0.5
+    max_turns: 12
+    supersede: running
+  - key: b
+    gitea_repo: acme/b
+    max_cost_usd: {review: 0.25, implement: 2}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := r.ByKey("a")
+	b, _ := r.ByKey("b")
+	if a.Budget.Limit("day") != 1.5 || a.Budget.Limit("month") != 20 || a.MaxCostUSD.For("review") != 0.5 ||
+		a.MaxTurns != 12 || a.Supersede != SupersedeRunning {
+		t.Errorf("project a: %+v", a)
+	}
+	if b.MaxCostUSD.For("review") != 0.25 || b.MaxCostUSD.For("implement") != 2 || b.MaxCostUSD.For("respond") != 0 || b.Budget.Limit("day") != 0 {
+		t.Errorf("project b: %+v", b)
+	}
+	for _, bad := range []string{"budget: {daily_usd: -1}", "max_cost_usd: -2", "max_turns: -1", "supersede: always"} {
+		if _, err := Parse([]byte("projects:\n  - key: a\n    gitea_repo: acme/a\n    " + bad + "\n")); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}

@@ -93,6 +93,12 @@ type Project struct {
 	// WritebackOff. Empty means WritebackBoth wherever the tracker's URL
 	// and token are configured.
 	Writeback string `yaml:"writeback"`
+	// MaxConcurrency bounds how many of this project's agents run at once
+	// across every runner; zero leaves only ORCH_MAX_CONCURRENCY. The
+	// runners keep it exact with a slot per agent (docs/runner.md).
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// Priority sets a kind's priority within the project (priority.go).
+	Priority map[string]string `yaml:"priority"`
 	// Budget limits the project's spend per day and month (spend.go).
 	Budget *Budget `yaml:"budget"`
 	// MaxCostUSD limits one job's spend, per kind where a map.

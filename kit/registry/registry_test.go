@@ -284,3 +284,26 @@ projects:
 		}
 	}
 }
+
+// max_concurrency and priority are read and checked; a kind's priority
+// defaults by kind and the registry overrides it.
+func TestMaxConcurrencyAndPriority(t *testing.T) {
+	r, err := Parse([]byte("projects:\n  - key: a\n    gitea_repo: x/y\n    max_concurrency: 2\n    priority: {fix: high, respond: low}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := r.ByKey("a")
+	if p.MaxConcurrency != 2 {
+		t.Errorf("max_concurrency %d, want 2", p.MaxConcurrency)
+	}
+	for kind, want := range map[proto.Kind]int{proto.KindFix: 2, proto.KindRespond: 0, proto.KindReview: 2, proto.KindImplement: 1, proto.KindCleanup: 0} {
+		if got := p.PriorityOf(kind); got != want {
+			t.Errorf("priority of %s: %d, want %d", kind, got, want)
+		}
+	}
+	for _, bad := range []string{"max_concurrency: -1", "priority: {fix: urgent}", "priority: {deploy: high}"} {
+		if _, err := Parse([]byte("projects:\n  - key: a\n    gitea_repo: x/y\n    " + bad + "\n")); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}

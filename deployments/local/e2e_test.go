@@ -83,7 +83,9 @@ func newSystem(t *testing.T, token string, agent func(runsDir string) string, tu
 	rn := runner.Config{Common: login(natsauth.Runner, common), ProjectsFile: projects, MaxConcurrency: 2, MaxAttempts: 3,
 		RetryDelay: 50 * time.Millisecond, AgentCommand: agentCommand, AckWait: 2 * time.Second,
 		KillGrace:     500 * time.Millisecond, // below AckWait/3, as the runner asks
-		ShutdownGrace: time.Second, Listener: runnerLn}
+		ShutdownGrace: time.Second, Listener: runnerLn,
+		// A confined agent (auto picks bubblewrap) may record its runs.
+		AgentSandboxRW: []string{sys.runsDir}}
 	tune(&rn)
 	log := zaptest.NewLogger(t)
 	testkit.Services(t, map[string]func(context.Context) error{

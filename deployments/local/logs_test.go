@@ -71,7 +71,10 @@ func startLogSystem(t *testing.T) *logSystem {
 			RetryDelay: 50 * time.Millisecond, AgentCommand: agent, AckWait: 3 * time.Second,
 			KillGrace: 500 * time.Millisecond, ShutdownGrace: time.Second, Name: name,
 			// No file is left on the runners' disks: the stream is all.
-			LogLocal: new(false)}
+			LogLocal: new(false),
+			// A confined agent (auto picks bubblewrap) reads the files
+			// the test writes for it.
+			AgentSandboxRO: []string{dir}}
 	}
 	testkit.Services(t, map[string]func(context.Context) error{
 		"gateway": func(ctx context.Context) error {

@@ -16,6 +16,10 @@ import (
 // value is the initSpec in JSON, or probeValue.
 const initEnv = "ORCH_INTERNAL_SANDBOX_INIT"
 
+// supervisorEnv is package agent's mark of its supervisor (agent imports
+// nothing of this package's, nor this package of agent's).
+const supervisorEnv = "ORCH_INTERNAL_AGENT_SUPERVISOR"
+
 // Probe's exchange with init.
 const (
 	probeValue  = "probe"
@@ -40,6 +44,12 @@ func init() {
 		// built with the race detector (a test's) would spend a second
 		// in os.Exit's hooks on every job.
 		syscall.Exit(runInit(v, os.Args[1:]))
+	}
+	// The supervisor (package agent), started with the agent's
+	// environment, passes the rlimits on: the step is the process it
+	// starts.
+	if _, supervisor := os.LookupEnv(supervisorEnv); supervisor {
+		return
 	}
 	if v, ok := os.LookupEnv(limitsEnv); ok {
 		os.Exit(execLimited(v, os.Args[1:]))

@@ -70,6 +70,20 @@ func execLimited(v string, argv []string) int {
 		fmt.Fprintf(os.Stderr, "orch: bad rlimits %q\n", v)
 		return 126
 	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, limitsEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		return 127
+	}
+	// The limits last, with nothing left to do but exec: past them,
+	// this process allocates no more (a binary built with the race
+	// detector, a test's, maps its shadow memory as it goes).
 	if mem > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: uint64(mem), Max: uint64(mem)}); err != nil {
 			fmt.Fprintf(os.Stderr, "orch: setrlimit RLIMIT_DATA: %v\n", err)
@@ -81,17 +95,6 @@ func execLimited(v string, argv []string) int {
 			fmt.Fprintf(os.Stderr, "orch: setrlimit RLIMIT_NPROC: %v\n", err)
 			return 126
 		}
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, limitsEnv+"=") {
-			env = append(env, kv)
-		}
-	}
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
-		return 127
 	}
 	err = syscall.Exec(path, argv, env)
 	fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)

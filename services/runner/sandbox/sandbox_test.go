@@ -1,0 +1,149 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// requireBwrap skips a test on a machine without bubblewrap, and fails it
+// in CI, which always installs it (.ci/run).
+func requireBwrap(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := Probe(context.Background(), exe)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	return path
+}
+
+func run(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+}
+
+// worktree makes a bare clone with a worktree, as package workspace lays
+// them out, and returns the worktree.
+func worktree(t *testing.T, root string) string {
+	t.Helper()
+	src := filepath.Join(root, "src")
+	run(t, root, "git", "init", "-q", "-b", "main", src)
+	run(t, src, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "initial")
+	bare := filepath.Join(root, "repos", "p.git")
+	run(t, root, "git", "clone", "-q", "--bare", src, bare)
+	wt := filepath.Join(root, "worktrees", "p", "task")
+	run(t, bare, "git", "worktree", "add", "-q", "-b", "agent/task", wt, "main")
+	return wt
+}
+
+// TestNpmInstalledAgentRuns: a claude installed by npm (a symlink on PATH
+// to a script in a package under node_modules, run by the node its #!
+// line names through /usr/bin/env) runs in the sandbox, with its package
+// directory and its interpreter bound, and nothing else of their
+// directories.
+func TestNpmInstalledAgentRuns(t *testing.T) {
+	bwrap := requireBwrap(t)
+	root := t.TempDir()
+	prefix := filepath.Join(root, "npm-global")
+	pkg := filepath.Join(prefix, "lib", "node_modules", "@anthropic-ai", "claude-code")
+	write := func(path, body string, mode os.FileMode) {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(pkg, "package.json"), `{"name": "@anthropic-ai/claude-code"}`, 0o644)
+	write(filepath.Join(pkg, "vendor", "data.txt"), "vendored", 0o644)
+	write(filepath.Join(pkg, "cli.js"), "#!/usr/bin/env node\necho claude-ran; cat \"$(dirname \"$(readlink -f \"$0\")\")/vendor/data.txt\"; echo; cat "+filepath.Join(prefix, "secret.txt")+" 2>/dev/null && echo LEAK; exit 0\n", 0o755)
+	write(filepath.Join(prefix, "secret.txt"), "secret", 0o644)
+	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../lib/node_modules/@anthropic-ai/claude-code/cli.js", filepath.Join(prefix, "bin", "claude")); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in for node: runs the script with sh.
+	nodeDir := filepath.Join(root, "node", "bin")
+	write(filepath.Join(nodeDir, "node"), "#!/bin/sh\nexec /bin/sh \"$@\"\n", 0o755)
+	write(filepath.Join(root, "node", "other.txt"), "other", 0o644)
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(prefix, "bin") + ":" + nodeDir + ":/usr/bin:/bin"
+	wt := worktree(t, root)
+	j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: []string{"claude", "-p"}, Worktree: wt,
+		Home: filepath.Join(root, "homes", "p", "task"), PATH: path}
+	argv, err := j.Command()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=" + path, "HOME=" + j.Home}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "claude-ran\nvendored") || strings.Contains(string(out), "LEAK") {
+		t.Fatalf("the npm-installed agent in the sandbox: %v\n%s", err, out)
+	}
+	for _, hidden := range []string{filepath.Join(prefix, "secret.txt"), filepath.Join(root, "node", "other.txt"), filepath.Join(root, "src")} {
+		for _, a := range argv {
+			if a == hidden {
+				t.Errorf("the sandbox binds %s", hidden)
+			}
+		}
+	}
+}
+
+// TestGitInTheSandbox: the agent commits on its branch in its worktree,
+// and cannot change the clone's config or hooks, nor its worktree's .git
+// file.
+func TestGitInTheSandbox(t *testing.T) {
+	bwrap := requireBwrap(t)
+	root := t.TempDir()
+	wt := worktree(t, root)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := filepath.Join(root, "repos", "p.git")
+	script := `set -u
+echo x > file.txt && git add file.txt && git -c user.name=a -c user.email=a@a commit -q -m confined || echo FAIL commit
+git config core.hooksPath /tmp 2>/dev/null && echo FAIL config
+(echo evil > ` + bare + `/hooks/post-checkout) 2>/dev/null && echo FAIL hooks
+(echo "gitdir: /tmp/evil" > .git) 2>/dev/null && echo FAIL dotgit
+ls ` + filepath.Join(root, "src") + ` 2>/dev/null && echo FAIL source
+exit 0
+`
+	j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: []string{"sh", "-c", script}, Worktree: wt,
+		Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
+	argv, err := j.Command()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "FAIL") {
+		t.Fatalf("git in the sandbox: %v\n%s", err, out)
+	}
+	log, err := exec.Command("git", "-C", bare, "log", "-1", "--format=%s", "agent/task").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(log)) != "confined" {
+		t.Errorf("the commit is not on agent/task: %s %v", log, err)
+	}
+}

@@ -84,6 +84,13 @@ type Status struct {
 	LastActivity time.Time `json:"last_activity,omitzero"`
 	// SessionID is the agent's own session id, where it reported one.
 	SessionID string `json:"session_id,omitempty"`
+	// Resumed is the session the attempt's agent resumed (registry
+	// session: continue), empty when it started a fresh one.
+	Resumed string `json:"resumed,omitempty"`
+	// Restored says what of the task's saved state (object store
+	// task_state) the attempt began with and from which runner, or that
+	// the state could not be read; empty when nothing was restored.
+	Restored string `json:"restored,omitempty"`
 	// Result is the agent's final message, where it reported one (Claude
 	// Code's "result"), cut to 4 KiB; the whole text is in the log.
 	Result string `json:"result,omitempty"`

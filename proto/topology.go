@@ -139,7 +139,8 @@ func (t Topology) TaskLocksBucket() jetstream.KeyValueConfig {
 }
 
 // Ensure creates or updates StreamJobs, StreamAdvisories, StreamDLQ,
-// StreamLogs, BucketJobs, BucketTaskLocks, BucketPauses and BucketSpend. It is idempotent and returns the status
+// StreamLogs, BucketJobs, BucketTaskLocks, BucketPauses, BucketSpend and
+// ObjectStoreTaskState. It is idempotent and returns the status
 // bucket.
 func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	for _, cfg := range []jetstream.StreamConfig{t.JobsStream(), t.AdvisoriesStream(), t.DLQStream(), t.LogsStream()} {
@@ -159,6 +160,9 @@ func (t Topology) Ensure(ctx context.Context, js jetstream.JetStream) (jetstream
 		if _, err := EnsureBucket(ctx, js, cfg); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := EnsureObjectStore(ctx, js, t.TaskStateStore()); err != nil {
+		return nil, err
 	}
 	return kv, nil
 }

@@ -109,6 +109,10 @@ type Project struct {
 	// Supersede says which older jobs of a task and kind a newer one
 	// cancels: SupersedeQueued (the default) or SupersedeRunning.
 	Supersede string `yaml:"supersede"`
+	// Session says whether an attempt resumes the agent's last session
+	// of the task: SessionContinue (the default) or SessionFresh
+	// (session.go).
+	Session string `yaml:"session"`
 }
 
 // The values of Project.Writeback.
@@ -231,6 +235,9 @@ func (r *Registry) add(p *Project) error {
 		}
 	}
 	if err := p.checkSpend(); err != nil {
+		return err
+	}
+	if err := p.checkSession(); err != nil {
 		return err
 	}
 	if p.MaxConcurrency < 0 {

@@ -118,6 +118,9 @@ type Outcome struct {
 	Turns     int
 	SessionID string
 	Result    string
+	// Resumed and Restored are what the attempt carried over from the
+	// task's earlier work (proto.Status.Resumed and Restored).
+	Resumed, Restored string
 }
 
 // Queue records a new job as queued. Only an absent job can be queued:
@@ -205,6 +208,7 @@ func settled(name string, state proto.State, o Outcome) Transition {
 		}
 		st.State, st.Attempt, st.MaxAttempts = state, o.Attempt, o.MaxAttempts
 		st.FinishedAt, st.Runner = o.FinishedAt, o.Runner
+		st.Resumed, st.Restored = o.Resumed, o.Restored
 		code := o.ExitCode
 		st.ExitCode, st.Error = &code, o.Err
 		// What the agent reported is this attempt's: an attempt without a

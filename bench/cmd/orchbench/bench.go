@@ -55,6 +55,10 @@ func setup(ctx context.Context, dir string, o options) (*bench, error) {
 		return nil, err
 	}
 	b.records = filepath.Join(dir, "agent-starts.log")
+	// It exists before the runner starts: a sandbox binds it.
+	if err := os.WriteFile(b.records, nil, 0o644); err != nil {
+		return nil, err
+	}
 	if b.raw, err = newRawGit(ctx, dir, filepath.Join(dir, "repo"), b.agent); err != nil {
 		return nil, err
 	}
@@ -143,11 +147,17 @@ func (b *bench) startGatewayAs(ctx context.Context, name string, env ...string) 
 	})
 }
 
-func (b *bench) startRunner(ctx context.Context) error {
-	p, err := b.start("runner",
-		"ORCH_MAX_CONCURRENCY="+strconv.Itoa(b.o.concurrency),
-		"ORCH_AGENT_COMMAND="+b.agent+" "+b.records,
-		"ORCH_RETRY_DELAY=100ms", "ORCH_ACK_WAIT=5s", "ORCH_RUNNER_NAME=bench")
+func (b *bench) startRunner(ctx context.Context) error { return b.startRunnerWith(ctx) }
+
+// startRunnerWith starts the runner with more settings (ORCH_X=value).
+// A confined agent (auto picks bubblewrap where it works) may append to
+// the records file, and only to it.
+func (b *bench) startRunnerWith(ctx context.Context, env ...string) error {
+	p, err := b.start("runner", append([]string{
+		"ORCH_MAX_CONCURRENCY=" + strconv.Itoa(b.o.concurrency),
+		"ORCH_AGENT_COMMAND=" + b.agent + " " + b.records,
+		"ORCH_AGENT_SANDBOX_RW=" + b.records,
+		"ORCH_RETRY_DELAY=100ms", "ORCH_ACK_WAIT=5s", "ORCH_RUNNER_NAME=bench"}, env...)...)
 	if err != nil {
 		return err
 	}

@@ -256,7 +256,7 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	t.add(row{what: "worktree exists, over spawn + JetStream floor", orch: stats.Ms(orchOld.P50()),
 		base:  "spawn + 4 fsynced writes " + stats.Ms(stats.Sample(rawOld).P50()+floor.P50()),
 		ratio: fmt.Sprintf("%+.2f ms", float64(above)/float64(time.Millisecond)), target: "-", verdict: "-"})
-	return nil
+	return b.sandboxRows(ctx, t, log, head)
 }
 
 // pushBranches makes the head branches agent/<prefix>-<i> of n pull

@@ -207,7 +207,7 @@ func Publish(subject, what string) Grant {
 func Topology(a Access) []Grant {
 	var t proto.Topology
 	var gs []Grant
-	for _, c := range []string{t.JobsStream().Name, t.AdvisoriesStream().Name, t.DLQStream().Name, t.LogsStream().Name} {
+	for _, c := range []string{t.JobsStream().Name, t.AdvisoriesStream().Name, t.DLQStream().Name, t.LogsStream().Name, proto.StreamTaskState} {
 		gs = append(gs, Stream(c, a))
 	}
 	for _, c := range []string{t.JobsBucket().Bucket, t.TaskLocksBucket().Bucket, t.PausesBucket().Bucket, t.SpendBucket().Bucket} {

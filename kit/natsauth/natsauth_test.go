@@ -330,6 +330,22 @@ func TestServicesDoTheirWork(t *testing.T) {
 		_, err = kv.Create(ctx, "session.abc", []byte(`{}`))
 		return err
 	})
+	// The runner saves, restores and deletes a task's state.
+	rn.call(t, "runner saves and restores a task state", func(ctx context.Context) error {
+		obs, err := rn.js.ObjectStore(ctx, proto.ObjectStoreTaskState)
+		if err != nil {
+			return err
+		}
+		for range 2 { // the second save replaces the first
+			if _, err := obs.PutBytes(ctx, proto.TaskStateKey("acme", "t1"), []byte("state")); err != nil {
+				return err
+			}
+		}
+		if _, err := obs.GetBytes(ctx, proto.TaskStateKey("acme", "t1")); err != nil {
+			return err
+		}
+		return obs.Delete(ctx, proto.TaskStateKey("acme", "t1"))
+	})
 	// The gateway updates the topology when its configuration changes.
 	gw.call(t, "gateway updates the topology", func(ctx context.Context) error {
 		_, err := proto.Topology{StatusTTL: 2 * proto.StatusTTLDefault}.Ensure(ctx, gw.js)

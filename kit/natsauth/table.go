@@ -57,6 +57,9 @@ var grants = map[string][]Grant{
 			// Pauses: a usage limit met pauses its credential; read before
 			// a job starts, watched by the releaser of held jobs.
 			Bucket(proto.BucketPauses, Get|Read|Write|Info),
+			// Task states: saved as an attempt runs and ends, restored
+			// by the runner that takes the task next, deleted by cleanup.
+			ObjectStore(proto.ObjectStoreTaskState, Get|Read|Write|Info),
 		}),
 	Notifier: join(
 		base,

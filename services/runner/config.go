@@ -69,6 +69,9 @@ type Config struct {
 	// does not take it; what does not fit is dropped, and the log says
 	// so. It must be above 0.
 	LogBuffer service.ByteSize `env:"LOG_BUFFER" envDefault:"8MiB"`
+	// BudgetTZ is the time zone of the budgets' calendar days and months
+	// (an IANA name such as Europe/Berlin).
+	BudgetTZ string `env:"BUDGET_TZ" envDefault:"UTC"`
 
 	// AgentSandbox confines every agent (package sandbox): auto uses
 	// bubblewrap when it works on this host, found by trying it at start,

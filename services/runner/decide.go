@@ -16,9 +16,9 @@ import (
 // says what happened; decide turns it into a verdict, which says what is
 // done about it: the record written, what becomes of the message, what is
 // counted and logged. decide is pure, so its whole table is one test
-// (TestDecide); settle.go applies a verdict. The budget's and the usage
-// pause's hold, and a continued session's resume, will each be a row of
-// their own here.
+// (TestDecide); settle.go applies a verdict. The budget's and the pauses'
+// hold and the usage limit's are rows of their own (see hold.go); a
+// continued session's resume will be one too.
 
 // An ending is what ended one delivery of a job.
 type ending int
@@ -51,12 +51,20 @@ const (
 	lockLost
 	// shutdown: the runner is stopping and the agent outlived the grace.
 	shutdown
+	// onHold: the job may not start now (its project's budget is spent,
+	// its credential paused, its project paused by an operator): no
+	// agent ran; the outcome's holdReason says why.
+	onHold
+	// usageLimited: the agent met its account's usage limit; the job
+	// waits for the reset (holdUntil) and keeps its attempt.
+	usageLimited
 )
 
 var endingNames = [...]string{
 	ranToEnd: "ran to its end", notPrepared: "not prepared", cannotRun: "cannot run",
 	cancelledBeforeRun: "cancelled before it ran", cancelled: "cancelled", alreadyDone: "already done",
 	superseded: "superseded", leaseLost: "lease lost", lockLost: "lock lost", shutdown: "shutdown",
+	onHold: "on hold", usageLimited: "usage limit",
 }
 
 func (e ending) String() string {
@@ -73,6 +81,9 @@ var (
 	errShutdown = errors.New("runner shutting down")
 	// errCancelled: the job's record turned cancelled.
 	errCancelled = errors.New(proto.ReasonCancelled)
+	// errOverBudget: the agent's spend passed the job's max_cost_usd (or
+	// what was left of the budget): the job fails for good.
+	errOverBudget = errors.New(proto.HoldOverBudget)
 )
 
 // stopEnding is the ending of a job stopped with cause; ok is false for
@@ -105,6 +116,18 @@ type outcome struct {
 	claude *agent.ClaudeResult
 	// began is when the attempt started running, once it did.
 	began time.Time
+	// holdReason and holdUntil are why and until when an onHold or
+	// usageLimited job waits (zero: until the hold is lifted).
+	holdReason string
+	holdUntil  time.Time
+	// republished says the message is a held job's, published again: its
+	// deliveries do not line up with MaxDeliver, so the last attempt is
+	// terminated (the notifier alerts on it) rather than NAKed.
+	republished bool
+	// spent is what the runner saw the agent spend as it ran (its
+	// stream's usage priced, or the egress proxy's meter), for an agent
+	// stopped before it reported its cost.
+	spent float64
 }
 
 // ended is the outcome of work (an agent or a cleanup) that ended with
@@ -153,9 +176,13 @@ const (
 	// leaveAlone: touch neither the message nor the record: another
 	// runner has the job, or will have it.
 	leaveAlone
+	// holdBack: ack without the pipeline: the job lives on in its held
+	// record, and a releaser publishes it again when the hold ends.
+	holdBack
 )
 
-var actionNames = [...]string{ack: "ack", retryAfter: "retry after", fail: "fail", terminate: "terminate", handBack: "hand back", leaveAlone: "leave alone"}
+var actionNames = [...]string{ack: "ack", retryAfter: "retry after", fail: "fail", terminate: "terminate", handBack: "hand back",
+	leaveAlone: "leave alone", holdBack: "hold"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -170,10 +197,11 @@ const (
 	writeRequeue
 	writeReject
 	writeStopped
+	writeHold
 )
 
 var writeNames = [...]string{writeNothing: "-", writeFinish: "finish", writeRetry: "retry", writeFail: "fail",
-	writeRequeue: "requeue", writeReject: "reject", writeStopped: "stopped"}
+	writeRequeue: "requeue", writeReject: "reject", writeStopped: "stopped", writeHold: "hold"}
 
 func (w write) String() string { return writeNames[w] }
 
@@ -229,6 +257,14 @@ func decide(out outcome, attempt int, lim limits) verdict {
 		// Handed back at once: the attempt was not the job's fault.
 		return verdict{do: handBack, record: writeRequeue, count: outcomeHandedBack,
 			level: zapcore.WarnLevel, note: "job stopped by shutdown: handed back"}
+	case onHold:
+		// Not an attempt: the delivery is given up for the held record,
+		// so MaxDeliver is not spent on waiting.
+		return verdict{do: holdBack, record: writeHold, count: outcomeHeld,
+			level: zapcore.InfoLevel, note: "job held: it may not start now"}
+	case usageLimited:
+		return verdict{do: holdBack, record: writeHold, count: outcomeHeld,
+			level: zapcore.WarnLevel, note: "agent met the usage limit: job held until it resets, keeping its attempt"}
 	case cannotRun:
 		// Term removes it from the stream at once, so what is known of it
 		// goes to the record first: the notifier reads it from there.
@@ -244,11 +280,19 @@ func decide(out outcome, attempt int, lim limits) verdict {
 		// any failure.
 		return verdict{do: terminate, record: writeFail, count: outcomeFailed,
 			level: zapcore.ErrorLevel, note: "agent lacks the permissions it needs: job failed without retries"}
+	case errors.Is(out.err, errOverBudget):
+		// A retry would spend again: fail for good, alerted once.
+		return verdict{do: terminate, record: writeFail, count: outcomeFailed,
+			level: zapcore.ErrorLevel, note: "agent spent past its cap: job failed without retries"}
 	case out.err == nil:
 		return verdict{do: ack, record: writeFinish, count: outcomeDone, level: zapcore.InfoLevel, note: "job done"}
 	case attempt < lim.maxAttempts:
 		return verdict{do: retryAfter, record: writeRetry, delay: backoff.Doubling(lim.retryDelay, lim.retryMaxDelay, attempt-1),
 			count: outcomeRetry, level: zapcore.WarnLevel, note: "agent failed: will retry"}
+	case out.republished:
+		// The message's MaxDeliver is not the job's last attempt: end it
+		// here, through the notifier as any failure.
+		return verdict{do: terminate, record: writeFail, count: outcomeFailed, level: zapcore.ErrorLevel, note: "agent failed on its last attempt"}
 	default:
 		return verdict{do: fail, record: writeFail, count: outcomeFailed, level: zapcore.ErrorLevel, note: "agent failed on its last attempt"}
 	}

@@ -30,6 +30,10 @@ func TestDecide(t *testing.T) {
 		"lock lost":            unprepared(errLockLost),
 		"shutdown":             ended(agent.Result{ExitCode: -1, Err: errShutdown}, nil),
 		"shutdown preparing":   unprepared(errShutdown),
+		"on hold":              {end: onHold, exitCode: -1, holdReason: "over_budget"},
+		"usage limit":          {end: usageLimited, exitCode: 1, err: exit1, holdReason: "usage_limit", holdUntil: time.Unix(1e9, 0)},
+		"over budget":          ended(agent.Result{ExitCode: -1, Err: fmt.Errorf("spent $1.20 past max_cost_usd $1.00: %w", errOverBudget)}, nil),
+		"republished exit 1":   {end: ranToEnd, exitCode: 1, err: exit1, republished: true},
 	}
 	// want[outcome] is the verdict on attempts 1, 2 and 3 (the last).
 	want := map[string][3]string{
@@ -48,6 +52,10 @@ func TestDecide(t *testing.T) {
 		"lock lost":            {"leave alone record=- count=lost_lease", "leave alone record=- count=lost_lease", "leave alone record=- count=lost_lease"},
 		"shutdown":             {"hand back record=requeue count=handed_back", "hand back record=requeue count=handed_back", "hand back record=requeue count=handed_back"},
 		"shutdown preparing":   {"hand back record=requeue count=handed_back", "hand back record=requeue count=handed_back", "hand back record=requeue count=handed_back"},
+		"on hold":              {"hold record=hold count=held", "hold record=hold count=held", "hold record=hold count=held"},
+		"usage limit":          {"hold record=hold count=held", "hold record=hold count=held", "hold record=hold count=held"},
+		"over budget":          {"terminate record=fail count=failed", "terminate record=fail count=failed", "terminate record=fail count=failed"},
+		"republished exit 1":   {"retry after 1s record=retry count=retry", "retry after 2s record=retry count=retry", "terminate record=fail count=failed"},
 	}
 	if len(want) != len(outcomes) {
 		t.Fatalf("table has %d rows for %d outcomes", len(want), len(outcomes))

@@ -29,8 +29,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	// The attempt is the message's delivery count, after the attempts the
+	// job used before it was held (its record's AttemptBase, read below).
 	attempt := int(meta.NumDelivered)
-	log := r.log.With(zap.Uint64("stream_seq", meta.Sequence.Stream), zap.Int("attempt", attempt))
+	log := r.log.With(zap.Uint64("stream_seq", meta.Sequence.Stream))
 
 	job, err := proto.DecodeJob(msg.Data())
 	if job != nil && job.ID != "" {
@@ -52,25 +54,54 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 			job = &proto.Job{ID: proto.UndecodableJobID(meta.Sequence.Stream), Kind: "unknown", Project: "unknown"}
 		}
 		job.Task.ID = cmp.Or(job.Task.ID, "unknown")
-		r.settle(ctx, log, msg, job, nil, attempt, outcome{end: cannotRun, exitCode: -1, err: err})
+		r.settle(ctx, log.With(zap.Int("attempt", attempt)), msg, job, nil, attempt, outcome{end: cannotRun, exitCode: -1, err: err})
 		return
 	}
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
 
 	// The record read here is also what the running state is written
 	// over (see run), unless it changed meanwhile.
-	var rec record
+	var (
+		rec         record
+		republished bool
+	)
 	if st, rev, err := r.status.Get(ctx, job.ID); err == nil {
 		rec = record{st, rev}
+		base := st.AttemptBase
+		if st.State == proto.StateHeld {
+			// Published again before the release was recorded.
+			base = st.Attempt
+		}
+		attempt += base
+		republished = st.Holds > 0
+	}
+	log = log.With(zap.Int("attempt", attempt))
+	// settleAs settles an outcome of this delivery.
+	settleAs := func(out outcome) {
+		out.republished = republished
+		r.settle(ctx, log, msg, job, p, attempt, out)
+	}
+	if st := rec.st; st != nil {
 		switch st.State {
 		case proto.StateCancelled:
-			r.settle(ctx, log, msg, job, p, attempt, outcome{end: cancelledBeforeRun})
+			settleAs(outcome{end: cancelledBeforeRun})
 			return
 		case proto.StateDone:
-			r.settle(ctx, log, msg, job, p, attempt, outcome{end: alreadyDone})
+			settleAs(outcome{end: alreadyDone})
 			return
 		}
 	}
+	if attempt > r.cfg.MaxAttempts {
+		// Only a job published again can get here: its message's
+		// MaxDeliver counts from the attempts it had used.
+		settleAs(unprepared(fmt.Errorf("no attempt left: %d of %d used", attempt-1, r.cfg.MaxAttempts)))
+		return
+	}
+	if reason, until := r.holdFor(ctx, log, job, p, rec.st); reason != "" {
+		settleAs(outcome{end: onHold, exitCode: -1, holdReason: reason, holdUntil: until})
+		return
+	}
+
 
 	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
 	jobCtx, stopJob := context.WithCancelCause(ctx)
@@ -98,14 +129,14 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 	l, err := r.acquireLock(jobCtx, log, job, attempt)
 	if err != nil {
-		r.settle(ctx, log, msg, job, p, attempt, unprepared(err))
+		settleAs(unprepared(err))
 		return
 	}
 	lock.Store(l)
 	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
 	out.began = began
-	r.settle(ctx, log, msg, job, p, attempt, out)
+	settleAs(out)
 }
 
 // record is a job's status record as read, and its revision; a nil st
@@ -214,6 +245,41 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		res = agent.JudgeWithoutResult(res, logPath)
 	}
 	res = r.conf.judgeLimits(res, logPath)
+	limited := r.usageLimit(log, res, logPath)
 	r.dropLocalLog(log, logPath)
-	return ended(res, c)
+	out := ended(res, c)
+	if limited != nil {
+		out.end, out.holdReason, out.holdUntil = usageLimited, proto.HoldUsageLimit, *limited
+	}
+	return out
+}
+
+// usageLimit is when the account's usage limit that stopped the agent
+// resets, read from its output (Claude Code's rejected rate_limit_event
+// or its "limit · resets" result), usagePauseDefault ahead when it does
+// not say; nil when the agent did not fail for a usage limit.
+func (r *Runner) usageLimit(log *zap.Logger, res agent.Result, logPath string) *time.Time {
+	if res.Err == nil {
+		return nil
+	}
+	if _, stopped := stopEnding(res.Err); stopped || errors.Is(res.Err, errOverBudget) {
+		return nil
+	}
+	now := time.Now()
+	u, err := agent.ParseUsageLimitFile(logPath, now)
+	if err != nil {
+		log.Debug("reading the agent's output for a usage limit", zap.Error(err))
+	}
+	if !u.Hit {
+		return nil
+	}
+	at := u.ResetsAt
+	if !at.After(now) {
+		at = now.Add(usagePauseDefault)
+		if !u.ResetsAt.IsZero() {
+			// A reset in the past: the clocks differ; try again soon.
+			at = now.Add(releaseInterval)
+		}
+	}
+	return &at
 }

@@ -29,6 +29,8 @@ const (
 	outcomeLostLease = "lost_lease"
 	// outcomeHandedBack: stopped by a shutdown and given back at once.
 	outcomeHandedBack = "handed_back"
+	// outcomeHeld: held (budget, pause, usage limit), its message acked.
+	outcomeHeld = "held"
 )
 
 // Buckets of the durations of work that takes minutes: from a second to
@@ -55,6 +57,9 @@ type metrics struct {
 	// (mode bwrap or none), set at start.
 	egressDenied *prometheus.CounterVec
 	sandbox      *prometheus.GaugeVec
+	// spend is what the attempts this runner settled cost, by project
+	// (orch_spend_usd_total: summed over runners, the fleet's spend).
+	spend *prometheus.CounterVec
 
 	// nc is the NATS connection, once there is one; bound is true while
 	// the consumer delivers jobs to this runner.
@@ -81,6 +86,7 @@ func newMetrics() *metrics {
 		turns:        f.CounterVec("orch_runner_agent_turns_total", "Turns the agent reported (Claude Code's num_turns), by project and kind.", "project", "kind"),
 		exits:        f.CounterVec("orch_runner_agent_exits_total", "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.", "code"),
 		egressDenied: f.CounterVec("orch_runner_egress_denied_total", "Connections of confined agents that their job's egress proxy refused (not in the allowlist), by project.", "project"),
+		spend:        f.CounterVec("orch_spend_usd_total", "Cost of the attempts this runner settled, counted into the project's budget (sum over runners for the fleet's spend), by project.", "project"),
 		sandbox:      f.GaugeVec("orch_runner_sandbox", "1 for how this runner confines its agents: mode bwrap (bubblewrap) or none (unconfined).", "mode"),
 	}
 	f.GaugeFunc("orch_runner_consumer_bound", "1 while this runner takes jobs from the runner consumer, else 0.", func() float64 {
@@ -104,6 +110,16 @@ func (m *metrics) project(key string) {
 		m.turns.WithLabelValues(key, string(k))
 	}
 	m.egressDenied.WithLabelValues(key)
+	m.spend.WithLabelValues(key)
+}
+
+// projectLabel is a project key as a label value: "unknown" for a key
+// the registry does not have.
+func (m *metrics) projectLabel(key string) string {
+	if m.known(key) {
+		return key
+	}
+	return "unknown"
 }
 
 // ready is /readyz: NATS connected and the consumer bound.

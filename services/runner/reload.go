@@ -40,5 +40,10 @@ func (r *Runner) reload() {
 		return
 	}
 	r.projects.Store(p)
+	// A raised budget may end holds: look at them now.
+	select {
+	case r.pokeRelease <- struct{}{}:
+	default:
+	}
 	r.log.Info("project registry reloaded", zap.String("file", r.cfg.ProjectsFile), zap.Int("projects", len(p.reg.Projects())))
 }

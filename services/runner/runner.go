@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,6 +62,16 @@ type Runner struct {
 	metrics  *metrics
 	// conf is how agents run: confined or not, their network and limits.
 	conf confinement
+	// pauses and spendKV are the buckets of holds (hold.go): pauses of
+	// projects and credentials, each project's spend per budget window,
+	// whose calendar is loc (ORCH_BUDGET_TZ). credID names the model
+	// credential the agents use.
+	pauses, spendKV jetstream.KeyValue
+	loc             *time.Location
+	credID          string
+	// pokeRelease makes the releaser (release.go) look at held jobs at
+	// once: a registry reload may have raised a budget.
+	pokeRelease chan struct{}
 }
 
 // Run pulls and runs jobs until ctx is cancelled, then stops taking jobs,
@@ -110,17 +121,27 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	defer nc.Close()
 	m.nc.Store(nc)
-	var locks jetstream.KeyValue
-	if err := service.Retry(ctx, log, "opening bucket "+proto.BucketTaskLocks, func(ctx context.Context) (err error) {
-		locks, err = js.KeyValue(ctx, proto.BucketTaskLocks)
-		return err
-	}); err != nil {
-		return err
+	var locks, pauses, spend jetstream.KeyValue
+	for _, b := range []struct {
+		name string
+		kv   *jetstream.KeyValue
+	}{{proto.BucketTaskLocks, &locks}, {proto.BucketPauses, &pauses}, {proto.BucketSpend, &spend}} {
+		if err := service.Retry(ctx, log, "opening bucket "+b.name, func(ctx context.Context) (err error) {
+			*b.kv, err = js.KeyValue(ctx, b.name)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	loc, err := time.LoadLocation(cfg.BudgetTZ)
+	if err != nil {
+		return fmt.Errorf("ORCH_BUDGET_TZ: %w", err)
 	}
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
 		cfg: cfg, log: log, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
 		ws: ws, argv: argv, metrics: m, conf: conf,
+		pauses: pauses, spendKV: spend, loc: loc, credID: credentialID(), pokeRelease: make(chan struct{}, 1),
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	r.projects.Store(projs)
@@ -139,6 +160,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	hup, stopHUPSignal := service.NotifyHUP()
 	defer stopHUPSignal()
 	bg.Go(func() { service.OnSignal(hupCtx, hup, r.reload) })
+	bg.Go(func() { r.releaser(hupCtx, r.pokeRelease) })
 
 	var cons jetstream.Consumer
 	if err := service.Retry(ctx, log, "ensuring consumer "+proto.ConsumerRunner, func(ctx context.Context) (err error) {

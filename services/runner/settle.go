@@ -34,16 +34,26 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 		o.Agent, o.CostUSD, o.Turns, o.SessionID = true, c.TotalCostUSD, c.NumTurns, c.SessionID
 		o.Result = c.Result
 	}
+	if out.spent > o.CostUSD {
+		// Stopped before it reported: what was seen it spend.
+		o.Agent, o.CostUSD = true, out.spent
+	}
 	// From here on only the scrubbed text is shown: in the record, the
 	// Term reason (the notifier's alert) and the log.
 	r.shown(&o)
 
-	if tr, ok := transition(v.record, o); ok {
+	if out.end == usageLimited {
+		r.pauseCredential(ctx, log, job, out)
+	}
+	if tr, ok := transition(v.record, o, out); ok {
 		if st := r.record(ctx, log, job, tr); st != nil && st.Attempt > attempt {
 			log.Warn("a later delivery owns the job now: leaving its message to it", zap.Stringer("verdict", v.do))
 			r.metrics.settled(job, out, outcomeLostLease)
 			return
 		}
+	}
+	if o.Agent && o.CostUSD > 0 && v.do != leaveAlone {
+		r.addSpend(ctx, log, job, attempt, o.CostUSD)
 	}
 	fields := []zap.Field{zap.Stringer("ending", out.end)}
 	if o.Err != "" {
@@ -74,6 +84,12 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 			reason = proto.TermReason(job.ID, o.Err)
 		}
 		err = retry(ctx, func() error { return msg.TermWithReason(reason) })
+	case holdBack:
+		err = retry(ctx, func() error { return msg.DoubleAck(ctx) })
+		fields = append(fields, zap.String("reason", out.holdReason))
+		if !out.holdUntil.IsZero() {
+			fields = append(fields, zap.Time("held_until", out.holdUntil))
+		}
 	case leaveAlone:
 	}
 	if err != nil {
@@ -90,10 +106,12 @@ func (r *Runner) limits() limits {
 	return limits{maxAttempts: r.cfg.MaxAttempts, retryDelay: r.cfg.RetryDelay, retryMaxDelay: r.cfg.RetryMaxDelay}
 }
 
-// transition is the lifecycle transition w records for o; ok is false
-// for writeNothing.
-func transition(w write, o status.Outcome) (t status.Transition, ok bool) {
+// transition is the lifecycle transition w records for o, of the
+// delivery that ended in out; ok is false for writeNothing.
+func transition(w write, o status.Outcome, out outcome) (t status.Transition, ok bool) {
 	switch w {
+	case writeHold:
+		return status.Hold(o.Attempt, o.Runner, out.holdReason, out.holdUntil, o.FinishedAt), true
 	case writeFinish:
 		return status.Finish(o), true
 	case writeRetry:

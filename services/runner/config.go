@@ -100,6 +100,17 @@ type Config struct {
 	// a project's git host the egress proxy adds to a confined agent's
 	// git requests, so that it can push without holding the token.
 	GitCredentialsFile string `env:"GIT_CREDENTIALS_FILE"`
+
+	// TaskStateInterval is how often the state of a task whose agent runs
+	// is saved into the object store task_state (package taskstate),
+	// besides when each attempt ends: a runner killed meanwhile loses at
+	// most this much of the task's work. 0 saves only at the end.
+	TaskStateInterval time.Duration `env:"TASK_STATE_INTERVAL" envDefault:"60s"`
+	// TaskStateMaxBytes bounds a saved task state: past it only the
+	// commits and the agent's session are saved, not the uncommitted
+	// changes and untracked files, and the next task file says so. 0 is
+	// no bound.
+	TaskStateMaxBytes service.ByteSize `env:"TASK_STATE_MAX_BYTES" envDefault:"256MiB"`
 }
 
 // SetDefaults gives a Config built in Go its defaults (see
@@ -135,6 +146,9 @@ func (c *Config) Validate() error {
 	}
 	if !c.AgentNetwork.Valid() {
 		errs = append(errs, fmt.Errorf("ORCH_AGENT_NETWORK %q: want allowlist, open or none", c.AgentNetwork))
+	}
+	if c.TaskStateInterval < 0 || c.TaskStateMaxBytes < 0 {
+		errs = append(errs, errors.New("ORCH_TASK_STATE_INTERVAL and ORCH_TASK_STATE_MAX_BYTES must not be negative"))
 	}
 	if c.AgentMemoryMax < 0 || c.AgentPidsMax < 0 {
 		errs = append(errs, errors.New("ORCH_AGENT_MEMORY_MAX and ORCH_AGENT_PIDS_MAX must not be negative"))

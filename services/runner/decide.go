@@ -114,6 +114,9 @@ type outcome struct {
 	took time.Duration
 	// claude is Claude Code's result object, when the agent printed one.
 	claude *agent.ClaudeResult
+	// resumed and restored are what the attempt carried over from the
+	// task's earlier work (carry.go), for the record.
+	resumed, restored string
 	// began is when the attempt started running, once it did.
 	began time.Time
 	// holdReason and holdUntil are why and until when an onHold or

@@ -192,6 +192,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		if err := r.ws.Remove(ctx, job.Project, job.Task.ID, job.Task.PR); err != nil {
 			return outcome{end: ranToEnd, exitCode: -1, err: err}
 		}
+		r.dropState(ctx, log, job)
 		return outcome{end: ranToEnd}
 	}
 
@@ -207,6 +208,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		return fail(fmt.Errorf("preparing worktree: %w", coErr))
 	}
 	dir := co.Dir
+	cs := r.carryIn(ctx, log, job, p, attempt, &co)
 	text, err := tmpls.Render(promptData(job, attempt, r.cfg.MaxAttempts, co))
 	if err != nil {
 		return fail(err)
@@ -215,27 +217,39 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if err != nil {
 		return fail(err)
 	}
-	argv, agentEnv := r.agentCommand(p, job.Kind)
-	spec := agent.Spec{
-		Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
-		Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
-		KillGrace: r.cfg.KillGrace,
-		Env: agent.Env(r.envAllow,
-			append(agentEnv, "ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
-				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
+	// start runs the agent once, resuming session ("" for a fresh one):
+	// a resume the agent refuses runs again (see runCarried).
+	start := func(session string) (agent.Result, []string, string, error) {
+		argv, agentEnv := r.agentCommand(p, job.Kind)
+		argv, agentEnv = withSession(argv, agentEnv, session)
+		spec := agent.Spec{
+			Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
+			Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
+			KillGrace: r.cfg.KillGrace,
+			Env: agent.Env(r.envAllow,
+				append(agentEnv, "ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
+					"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
+		}
+		spec.Notes = &agent.Notes{}
+		stopConfine, err := r.confine(log, job, p, dir, &spec)
+		if err != nil {
+			return agent.Result{}, argv, logPath, err
+		}
+		defer stopConfine()
+		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()), zap.String("resume", session))
+		res, err := r.runAgent(ctx, log, job, attempt, spec)
+		return res, argv, logPath, err
 	}
-	spec.Notes = &agent.Notes{}
-	stopConfine, err := r.confine(log, job, p, dir, &spec)
-	if err != nil {
-		return fail(err)
-	}
-	defer stopConfine()
-	log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()))
-	res, err := r.runAgent(ctx, log, job, attempt, spec)
+	res, argv, err := r.runCarried(ctx, log, job, &cs, start)
 	if err != nil {
 		return fail(err)
 	}
 	c, err := agent.ParseClaudeResultFile(logPath)
+	session := ""
+	if c != nil {
+		session = c.SessionID
+	}
+	r.saveState(ctx, log, &cs, session, "end")
 	switch {
 	case err != nil:
 		log.Warn("reading agent result", zap.Error(err))
@@ -248,6 +262,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	limited := r.usageLimit(log, res, logPath)
 	r.dropLocalLog(log, logPath)
 	out := ended(res, c)
+	out.resumed, out.restored = cs.resumed, cs.restored
 	if limited != nil {
 		out.end, out.holdReason, out.holdUntil = usageLimited, proto.HoldUsageLimit, *limited
 	}

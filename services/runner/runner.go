@@ -42,6 +42,7 @@ import (
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/taskstate"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
@@ -62,6 +63,10 @@ type Runner struct {
 	metrics  *metrics
 	// conf is how agents run: confined or not, their network and limits.
 	conf confinement
+	// state carries tasks' work between runners (carry.go); nil when the
+	// object store task_state cannot be opened.
+	state        *taskstate.Store
+	stateMetrics *stateMetrics
 	// pauses and spendKV are the buckets of holds (hold.go): pauses of
 	// projects and credentials, each project's spend per budget window,
 	// whose calendar is loc (ORCH_BUDGET_TZ). credID names the model
@@ -145,6 +150,16 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	r.projects.Store(projs)
+	r.stateMetrics = newStateMetrics(m.reg)
+	if err := service.Retry(ctx, log, "opening object store "+proto.ObjectStoreTaskState, func(ctx context.Context) error {
+		obj, err := js.ObjectStore(ctx, proto.ObjectStoreTaskState)
+		if err == nil {
+			r.state = &taskstate.Store{Obj: obj, Runner: cfg.Name, MaxBytes: int64(cfg.TaskStateMaxBytes), TempDir: ws.Root}
+		}
+		return err
+	}); err != nil {
+		return err
+	}
 	r.checkClaude(log, projs.reg)
 	m.known = func(key string) bool { _, ok := r.projects.Load().reg.ByKey(key); return ok }
 	for _, p := range projs.reg.Projects() {

@@ -26,6 +26,7 @@ func (r *Runner) settle(ctx context.Context, log *zap.Logger, msg jetstream.Msg,
 	o := status.Outcome{
 		Attempt: attempt, MaxAttempts: r.cfg.MaxAttempts, Runner: r.cfg.Name,
 		FinishedAt: time.Now().UTC(), ExitCode: out.exitCode,
+		Resumed: out.resumed, Restored: out.restored,
 	}
 	if out.err != nil {
 		o.Err = out.err.Error()

@@ -1,0 +1,227 @@
+package taskstate
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Restored is what Restore found and did.
+type Restored struct {
+	// Manifest is the saved state's, nil when the task has none.
+	Manifest *Manifest
+	// Did says the state was written into the worktree; when it was not,
+	// Skipped says why (the worktree is the saved one, or holds work of
+	// its own).
+	Did     bool
+	Skipped string
+}
+
+// What says in a phrase what was restored: "2 commits, uncommitted
+// changes, 1 untracked file and the agent's session".
+func (r Restored) What() string {
+	m := r.Manifest
+	if m == nil || !r.Did {
+		return ""
+	}
+	var parts []string
+	if m.Commits > 0 {
+		parts = append(parts, plural(m.Commits, "commit", "commits")+" not on the remote")
+	}
+	if m.Changes {
+		parts = append(parts, "uncommitted changes")
+	}
+	if m.Untracked > 0 {
+		parts = append(parts, plural(m.Untracked, "untracked file", "untracked files"))
+	}
+	if m.Session {
+		parts = append(parts, "the agent's session")
+	}
+	if len(parts) == 0 {
+		return "nothing but the commit it was at"
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// Restore reads the task's saved state and, unless the worktree at pl
+// already is that state (this runner saved it at the same head) or holds
+// uncommitted work of its own, writes it in: the commits (the worktree's
+// branch moved to the saved head unless it already contains it), the
+// uncommitted changes and untracked files, and the agent's session under
+// pl's worktree name. The state is read and checked whole before the
+// worktree is touched; should writing it fail halfway, the worktree goes
+// back to the head it had. An error wrapping ErrUnreadable means the
+// state could not be read and the worktree is as it was.
+func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
+	tmp, err := os.MkdirTemp(s.TempDir, "taskstate-restore-")
+	if err != nil {
+		return Restored{}, err
+	}
+	defer os.RemoveAll(tmp)
+	m, dir, err := s.fetch(ctx, pl, tmp)
+	if err != nil || m == nil {
+		return Restored{}, err
+	}
+	res := Restored{Manifest: m}
+	wt := pl.Worktree
+	head, err := git(ctx, wt, "rev-parse", "--verify", "HEAD")
+	if err != nil {
+		return res, fmt.Errorf("reading the worktree's head: %w", err)
+	}
+	if m.Runner == s.Runner && head == m.Head {
+		res.Skipped = "this runner's worktree is the saved one"
+		return res, nil
+	}
+	dirty, err := git(ctx, wt, "status", "--porcelain")
+	if err != nil {
+		return res, fmt.Errorf("reading the worktree's status: %w", err)
+	}
+	if dirty != "" {
+		res.Skipped = "the worktree has uncommitted changes of its own"
+		return res, nil
+	}
+	branch, _ := git(ctx, wt, "symbolic-ref", "--short", "-q", "HEAD")
+	if m.Branch != "" && branch != m.Branch {
+		res.Skipped = fmt.Sprintf("the state was saved on branch %s, the worktree is on %s", m.Branch, branch)
+		return res, nil
+	}
+
+	// Everything is checked before the worktree changes.
+	bundle := filepath.Join(dir, entryCommits)
+	if exists(bundle) {
+		if _, err := git(ctx, wt, "bundle", "verify", "--quiet", bundle); err != nil {
+			return res, fmt.Errorf("%w: its commits: %v", ErrUnreadable, err)
+		}
+		if _, err := git(ctx, wt, "bundle", "unbundle", bundle); err != nil {
+			return res, fmt.Errorf("%w: its commits: %v", ErrUnreadable, err)
+		}
+	}
+	if _, err := git(ctx, wt, "cat-file", "-e", m.Head+"^{commit}"); err != nil {
+		return res, fmt.Errorf("%w: its head %s is not here", ErrUnreadable, m.Head)
+	}
+	target := head
+	if _, err := git(ctx, wt, "merge-base", "--is-ancestor", m.Head, head); err != nil {
+		target = m.Head // the worktree lacks the saved commits
+	}
+	diff := filepath.Join(dir, entryChanges)
+	hasDiff := exists(diff)
+
+	undo := func(cause error) (Restored, error) {
+		_, _ = git(context.WithoutCancel(ctx), wt, "reset", "--hard", "--quiet", head)
+		_, _ = git(context.WithoutCancel(ctx), wt, "clean", "-fdq")
+		return res, cause
+	}
+	if target != head {
+		if _, err := git(ctx, wt, "reset", "--hard", "--quiet", target); err != nil {
+			return undo(fmt.Errorf("moving the worktree to the saved head: %w", err))
+		}
+	}
+	if hasDiff {
+		if _, err := git(ctx, wt, "apply", "--check", "--binary", diff); err != nil {
+			return undo(fmt.Errorf("%w: its uncommitted changes do not apply: %v", ErrUnreadable, err))
+		}
+		if _, err := git(ctx, wt, "apply", "--binary", diff); err != nil {
+			return undo(fmt.Errorf("applying the uncommitted changes: %w", err))
+		}
+	}
+	if u := filepath.Join(dir, entryUntracked); exists(u) {
+		if err := untar(u, wt); err != nil {
+			return undo(fmt.Errorf("writing the untracked files: %w", err))
+		}
+	}
+	if sess := filepath.Join(dir, entrySession); exists(sess) {
+		if err := untar(sess, SessionDir(pl.ClaudeDir, wt)); err != nil {
+			return undo(fmt.Errorf("writing the agent's session: %w", err))
+		}
+	}
+	res.Did = true
+	return res, nil
+}
+
+// fetch reads the task's object into tmp and unpacks it into tmp/state;
+// a nil Manifest when the task has no state.
+func (s *Store) fetch(ctx context.Context, pl Place, tmp string) (*Manifest, string, error) {
+	obj, err := s.Obj.Get(ctx, pl.key())
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("getting the task's state: %w", err)
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrUnreadable, err)
+	}
+	dir := filepath.Join(tmp, "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, "", err
+	}
+	// The reader checks the object's digest at its end: a corrupt object
+	// fails here, before anything is used.
+	tr := tar.NewReader(obj)
+	var m *Manifest
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %v", ErrUnreadable, err)
+		}
+		switch hdr.Name {
+		case entryManifest:
+			m = new(Manifest)
+			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(m); err != nil {
+				return nil, "", fmt.Errorf("%w: its manifest: %v", ErrUnreadable, err)
+			}
+		case entryCommits, entryChanges, entryUntracked, entrySession:
+			if err := copyTo(filepath.Join(dir, hdr.Name), tr); err != nil {
+				return nil, "", fmt.Errorf("%w: %v", ErrUnreadable, err)
+			}
+		}
+	}
+	if _, err := io.Copy(io.Discard, obj); err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrUnreadable, err)
+	}
+	if m == nil || m.Schema != Schema || m.Head == "" {
+		return nil, "", fmt.Errorf("%w: no manifest of schema %d", ErrUnreadable, Schema)
+	}
+	m.Bytes = int64(info.Size)
+	return m, dir, nil
+}
+
+func copyTo(path string, r io.Reader) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -51,6 +51,11 @@ const (
 	HeaderDLQReason   = "Orch-Dlq-Reason"
 	HeaderDLQAttempts = "Orch-Dlq-Attempts"
 	HeaderDLQTime     = "Orch-Dlq-Time"
+	// HeaderDeferred counts how often a runner put a job back at the end
+	// of JOBS for another project's or a higher priority's job (fair
+	// share, docs/runner.md); a job deferred a few times is not deferred
+	// again, so none waits forever.
+	HeaderDeferred = "Orch-Deferred"
 )
 
 // JobSubject is the subject of one job: jobs.<project>.<kind>.

@@ -110,23 +110,36 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	// the job is settled.
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var (
-		bg   sync.WaitGroup
-		lock atomic.Pointer[taskLock]
+		bg         sync.WaitGroup
+		slot, lock atomic.Pointer[taskLock]
 	)
-	bg.Go(func() { r.heartbeat(bgCtx, log, msg, &lock, stopJob) })
+	bg.Go(func() { r.heartbeat(bgCtx, log, msg, []*atomic.Pointer[taskLock]{&slot, &lock}, stopJob) })
 	bg.Go(func() { r.watchCancel(bgCtx, log, job.ID, stopJob) })
 	defer func() {
 		stopBG()
 		bg.Wait()
-		if l := lock.Load(); l != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
-			if err := l.release(rctx); err != nil {
-				log.Warn("releasing task lock", zap.Error(err))
+		for _, held := range []*atomic.Pointer[taskLock]{&lock, &slot} {
+			if l := held.Load(); l != nil {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
+				if err := l.release(rctx); err != nil {
+					log.Warn("releasing", zap.String("key", l.key), zap.Error(err))
+				}
+				cancel()
 			}
-			cancel()
 		}
 	}()
 
+	// The project's slot first (fairness.go): a job waiting for it holds
+	// no task lock another job of the task could use.
+	s, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt)
+	if errors.Is(err, errDeferred) {
+		return
+	}
+	if err != nil {
+		r.settle(ctx, log, msg, job, p, attempt, unprepared(err))
+		return
+	}
+	slot.Store(s)
 	l, err := r.acquireLock(jobCtx, log, job, attempt)
 	if err != nil {
 		settleAs(unprepared(err))

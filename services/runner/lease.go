@@ -41,8 +41,9 @@ var errLeaseLost = errors.New("lease lost: no confirmed heartbeat within AckWait
 func (r *Runner) leaseTimeout() time.Duration { return r.cfg.AckWait * 2 / 3 }
 
 // heartbeat keeps msg in progress until ctx ends, and calls lost when the
-// lease is gone.
-func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.Msg, lock *atomic.Pointer[taskLock], lost context.CancelCauseFunc) {
+// lease is gone. locks are what the job holds once taken (its project's
+// slot, its task lock), refreshed with every beat.
+func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.Msg, locks []*atomic.Pointer[taskLock], lost context.CancelCauseFunc) {
 	interval := r.cfg.AckWait / 3
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -66,7 +67,13 @@ func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.M
 		}
 		sent := time.Now()
 		deadline := lastSent.Add(r.leaseTimeout())
-		err := r.beat(ctx, msg, lock.Load(), time.Until(deadline))
+		held := make([]*taskLock, 0, len(locks))
+		for _, l := range locks {
+			if l := l.Load(); l != nil {
+				held = append(held, l)
+			}
+		}
+		err := r.beat(ctx, msg, held, time.Until(deadline))
 		switch {
 		case err == nil:
 			lastSent = sent
@@ -74,7 +81,7 @@ func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.M
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errLockLost):
-			log.Error("task lock taken over by another runner: stopping the job", zap.Error(err))
+			log.Error("task lock or project slot taken over by another runner: stopping the job", zap.Error(err))
 			lost(errLockLost)
 			return
 		case !time.Now().Before(deadline):
@@ -87,7 +94,7 @@ func (r *Runner) heartbeat(ctx context.Context, log *zap.Logger, msg jetstream.M
 }
 
 // beat sends InProgress and confirms it reached JetStream.
-func (r *Runner) beat(ctx context.Context, msg jetstream.Msg, l *taskLock, timeout time.Duration) error {
+func (r *Runner) beat(ctx context.Context, msg jetstream.Msg, locks []*taskLock, timeout time.Duration) error {
 	if err := msg.InProgress(); err != nil {
 		return fmt.Errorf("in progress: %w", err)
 	}
@@ -96,8 +103,10 @@ func (r *Runner) beat(ctx context.Context, msg jetstream.Msg, l *taskLock, timeo
 	if err := r.nc.FlushWithContext(ctx); err != nil {
 		return fmt.Errorf("confirming heartbeat: %w", err)
 	}
-	if l != nil {
-		return l.refresh(ctx)
+	for _, l := range locks {
+		if err := l.refresh(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -77,6 +77,10 @@ type Runner struct {
 	// pokeRelease makes the releaser (release.go) look at held jobs at
 	// once: a registry reload may have raised a budget.
 	pokeRelease chan struct{}
+	// jobsStream is JOBS, whose count per subject says what waits; locks
+	// holds the projects' slots besides the task locks (fairness.go).
+	jobsStream jetstream.Stream
+	fair       fairness
 }
 
 // Run pulls and runs jobs until ctx is cancelled, then stops taking jobs,
@@ -180,6 +184,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	var cons jetstream.Consumer
 	if err := service.Retry(ctx, log, "ensuring consumer "+proto.ConsumerRunner, func(ctx context.Context) (err error) {
 		cons, err = js.CreateOrUpdateConsumer(ctx, proto.StreamJobs, proto.RunnerConsumer(cfg.MaxConcurrency, cfg.MaxAttempts, cfg.AckWait))
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := service.Retry(ctx, log, "opening stream "+proto.StreamJobs, func(ctx context.Context) (err error) {
+		r.jobsStream, err = js.Stream(ctx, proto.StreamJobs)
 		return err
 	}); err != nil {
 		return err

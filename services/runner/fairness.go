@@ -1,0 +1,335 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/kit/backoff"
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/proto"
+)
+
+// Fair share, project limits and priorities.
+//
+// The runner consumer delivers jobs in stream order, no more at once than
+// ORCH_MAX_CONCURRENCY across every runner; that stays what bounds the
+// agents in all, and what `nats consumer info JOBS runner` shows. A job
+// delivered is admitted before it takes its task lock:
+//
+//   - Its project's slot. Each running job holds one key slot.<project>.<n>
+//     (n below the project's max_concurrency, or below ORCH_MAX_CONCURRENCY
+//     without one) in the task-locks bucket, taken with Create, refreshed
+//     by the heartbeat and deleted at the end like a task lock, and taken
+//     over when stale like one (lock.go): a crashed runner's slots come
+//     back when its jobs do. So the project's limit is exact across
+//     runners, and the slots are also the running count per project that
+//     fair share reads.
+//   - Fair share and priority. The runner reads what waits, by subject
+//     (JOBS' message count per jobs.<project>.<kind>, less the running
+//     slots), and defers the job, publishing it again at the end of JOBS
+//     and acking this copy, when another project with fewer agents running
+//     has work waiting and room for it, or when a job of a higher priority
+//     of its own project waits. The stream is walked past the deferred
+//     jobs to the one that should run; a deferral costs a publish and an
+//     ack, nothing is lost (the copy is stored before the original goes)
+//     and no attempt is burnt.
+//   - A project at its limit. Its job is deferred if another project's
+//     work could use the slot, or else waits in the runner (the heartbeat
+//     keeps it) until a slot of its project frees.
+//
+// Only a first delivery is deferred: a retry's attempt is JetStream's
+// delivery count, which a copy would start again. A job deferred
+// deferralsMax times is not deferred again for fair share or priority, so
+// a low-priority job waits at most that many passes (no starvation); it
+// still waits for its own project's slot.
+
+// fairness is one runner's admission state. mu makes its admissions one
+// at a time, each reading the slots the one before it took; served is
+// when each project last had a job admitted here, the round-robin's turn
+// among projects with as many agents running.
+type fairness struct {
+	mu     sync.Mutex
+	served map[string]time.Time
+}
+
+// deferralsMax is how often a job may be put back for other work.
+const deferralsMax = 5
+
+// errDeferred ends a delivery whose job was put back at the end of JOBS.
+var errDeferred = errors.New("deferred for fair share or priority")
+
+// admission is what to do with a delivered job now.
+type admission int
+
+const (
+	// admitRun: take the project's slot and run.
+	admitRun admission = iota
+	// admitDefer: put the job back at the end of JOBS.
+	admitDefer
+	// admitWait: keep the job, and look again shortly.
+	admitWait
+)
+
+var admissionNames = [...]string{admitRun: "run", admitDefer: "defer", admitWait: "wait"}
+
+func (a admission) String() string { return admissionNames[a] }
+
+// queueView is what waits and what runs, as one runner read it.
+type queueView struct {
+	// queued counts jobs in JOBS that hold no slot, by project and kind:
+	// not yet delivered, waiting for a retry, or delivered and not yet
+	// admitted.
+	queued map[string]map[proto.Kind]int
+	// running counts fresh slots by project.
+	running map[string]int
+	// slots are the slot keys in use, fresh or stale, and their entries.
+	slots map[string]slotEntry
+}
+
+// slotEntry is a slot key as read: its revision, and whether its holder
+// stopped refreshing it long enough ago to take it over.
+type slotEntry struct {
+	rev   uint64
+	stale bool
+}
+
+// slotValue is what a slot names: the job holding it.
+type slotValue struct {
+	Job     string    `json:"job"`
+	Kind    string    `json:"kind"`
+	Attempt int       `json:"attempt"`
+	Runner  string    `json:"runner"`
+	Since   time.Time `json:"since"`
+}
+
+// slotPrefix starts every slot key. A task lock's key has two tokens,
+// <project>.<task>; a slot's has three, so none is taken for the other.
+const slotPrefix = "slot."
+
+func slotKey(project string, n int) string {
+	return slotPrefix + proto.Token(project) + "." + strconv.Itoa(n)
+}
+
+// limitOf is how many agents of p may run at once.
+func limitOf(p *registry.Project, global int) int {
+	if p.MaxConcurrency > 0 {
+		return min(p.MaxConcurrency, global)
+	}
+	return global
+}
+
+func (v *queueView) queuedOf(project string) int {
+	n := 0
+	for _, c := range v.queued[project] {
+		n += c
+	}
+	return n
+}
+
+// judge decides a delivered job's admission: pure, table-tested. mayDefer
+// says the job may be put back (a first delivery not deferred too often);
+// served is when each project last had a job admitted.
+func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*registry.Project, global int, mayDefer bool, served map[string]time.Time) admission {
+	running := v.running[job.Project]
+	otherWaits, fewerRunning := false, false
+	for _, q := range projects {
+		if q.Key == job.Project || v.queuedOf(q.Key) == 0 || v.running[q.Key] >= limitOf(q, global) {
+			continue
+		}
+		otherWaits = true
+		// Fewer agents running, or as many and its turn: served longer ago.
+		fewerRunning = fewerRunning || v.running[q.Key] < running ||
+			v.running[q.Key] == running && served[q.Key].Before(served[job.Project])
+	}
+	switch {
+	case running >= limitOf(p, global) && mayDefer && otherWaits:
+		return admitDefer
+	case running >= limitOf(p, global):
+		return admitWait
+	case !mayDefer:
+		return admitRun
+	case fewerRunning:
+		return admitDefer
+	}
+	mine := p.PriorityOf(job.Kind)
+	for kind, n := range v.queued[job.Project] {
+		if n > 0 && p.PriorityOf(kind) > mine {
+			return admitDefer
+		}
+	}
+	return admitRun
+}
+
+// admit waits until job may run and returns its project slot, or puts it
+// back at the end of JOBS and returns errDeferred, or returns ctx's cause.
+func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int) (*taskLock, error) {
+	deferred, _ := strconv.Atoi(msg.Headers().Get(proto.HeaderDeferred))
+	mayDefer := meta.NumDelivered == 1 && deferred < deferralsMax
+	value, err := json.Marshal(slotValue{Job: job.ID, Kind: string(job.Kind), Attempt: attempt, Runner: r.cfg.Name, Since: time.Now().UTC()})
+	if err != nil {
+		return nil, fmt.Errorf("encoding slot: %w", err)
+	}
+	poll := min(r.cfg.AckWait/4, 250*time.Millisecond)
+	waitLogged := false
+	for {
+		l, err := r.admitOnce(ctx, log, msg, meta, job, p, projs, mayDefer, deferred, value, &waitLogged)
+		if l != nil || err != nil {
+			return l, err
+		}
+		if !backoff.Sleep(ctx, poll) {
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// admitOnce reads the queue and admits job (its slot), defers it
+// (errDeferred), or returns neither for it to wait. One runner's
+// admissions are one at a time, so each sees the slots the one before
+// took.
+func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects,
+	mayDefer bool, deferred int, value []byte, waitLogged *bool) (*taskLock, error) {
+	r.fair.mu.Lock()
+	defer r.fair.mu.Unlock()
+	if r.fair.served == nil {
+		r.fair.served = map[string]time.Time{}
+	}
+	v, err := r.readQueue(ctx)
+	if err != nil {
+		log.Debug("reading the queue", zap.Error(err))
+		return nil, nil
+	}
+	limit := limitOf(p, r.cfg.MaxConcurrency)
+	switch judge(v, job, p, projs.reg.Projects(), r.cfg.MaxConcurrency, mayDefer, r.fair.served) {
+	case admitDefer:
+		if err := r.deferJob(ctx, msg, job, meta, deferred); err != nil {
+			log.Warn("deferring the job", zap.Error(err))
+			return nil, nil
+		}
+		log.Debug("deferred for other work", zap.Int("deferred", deferred+1))
+		return nil, errDeferred
+	case admitRun:
+		l, err := r.takeSlot(ctx, log, v, job.Project, limit, value)
+		if err != nil {
+			log.Debug("taking a slot", zap.Error(err))
+		}
+		if l != nil {
+			r.fair.served[job.Project] = time.Now()
+		}
+		return l, nil
+	default:
+		if !*waitLogged {
+			log.Info("project at its max_concurrency: waiting for a slot", zap.Int("running", v.running[job.Project]), zap.Int("limit", limit))
+			*waitLogged = true
+		}
+		return nil, nil
+	}
+}
+
+// readQueue reads what waits (JOBS' count per subject) and what runs (the
+// slots), and judges the slots stale by the server's clock of that read.
+func (r *Runner) readQueue(ctx context.Context) (*queueView, error) {
+	info, err := r.jobsStream.Info(ctx, jetstream.WithSubjectFilter(proto.SubjectJobsAll))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", proto.StreamJobs, err)
+	}
+	v := &queueView{queued: map[string]map[proto.Kind]int{}, running: map[string]int{}, slots: map[string]slotEntry{}}
+	for subj, n := range info.State.Subjects {
+		parts := strings.Split(subj, ".")
+		if len(parts) != 3 {
+			continue
+		}
+		if v.queued[parts[1]] == nil {
+			v.queued[parts[1]] = map[proto.Kind]int{}
+		}
+		v.queued[parts[1]][proto.Kind(parts[2])] += int(n)
+	}
+	w, err := r.locks.WatchFiltered(ctx, []string{slotPrefix + ">"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("reading slots: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		if e == nil {
+			break // the snapshot is complete
+		}
+		stale := info.TimeStamp.Sub(e.Created()) > r.staleAfter()
+		v.slots[e.Key()] = slotEntry{rev: e.Revision(), stale: stale}
+		parts := strings.Split(e.Key(), ".")
+		if stale || len(parts) != 3 {
+			continue
+		}
+		v.running[parts[1]]++
+		var sv slotValue
+		if json.Unmarshal(e.Value(), &sv) == nil && v.queued[parts[1]][proto.Kind(sv.Kind)] > 0 {
+			v.queued[parts[1]][proto.Kind(sv.Kind)]--
+		}
+	}
+	return v, nil
+}
+
+// takeSlot takes a free or stale slot of project below limit, nil when
+// another runner took each first.
+func (r *Runner) takeSlot(ctx context.Context, log *zap.Logger, v *queueView, project string, limit int, value []byte) (*taskLock, error) {
+	for n := range limit {
+		l := &taskLock{kv: r.locks, key: slotKey(project, n), value: value}
+		e, used := v.slots[l.key]
+		var err error
+		switch {
+		case !used:
+			l.rev, err = r.locks.Create(ctx, l.key, value)
+		case e.stale:
+			l.rev, err = r.locks.Update(ctx, l.key, value, e.rev)
+			if err == nil {
+				log.Warn("took over a stale slot", zap.String("slot", l.key))
+			}
+		default:
+			continue
+		}
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, jetstream.ErrKeyExists):
+		default:
+			var apiErr *jetstream.APIError
+			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+				return nil, err
+			}
+		}
+	}
+	return nil, nil
+}
+
+// deferJob publishes the job again at the end of JOBS, counting the
+// deferral, then acks this copy. The copy's message id is derived from
+// this message's sequence, so a publish repeated after a lost answer is
+// stored once; a crash between the two leaves both, and the second to
+// run finds the job done.
+func (r *Runner) deferJob(ctx context.Context, msg jetstream.Msg, job *proto.Job, meta *jetstream.MsgMetadata, deferred int) error {
+	m := nats.NewMsg(msg.Subject())
+	m.Data = msg.Data()
+	for k, vs := range msg.Headers() {
+		m.Header[k] = append([]string(nil), vs...)
+	}
+	m.Header.Set(proto.HeaderMsgID, job.ID+".deferred."+strconv.FormatUint(meta.Sequence.Stream, 10))
+	m.Header.Set(proto.HeaderDeferred, strconv.Itoa(deferred+1))
+	if _, err := r.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publishing the job again: %w", err)
+	}
+	return msg.DoubleAck(ctx)
+}

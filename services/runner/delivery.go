@@ -102,7 +102,6 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 
-
 	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
 	jobCtx, stopJob := context.WithCancelCause(ctx)
 	defer stopJob(nil)
@@ -230,11 +229,24 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if err != nil {
 		return fail(err)
 	}
+	// The job's cap: the least of its max_cost_usd and what is left of
+	// the project's budget; spent is what its output showed spent.
+	capUSD := r.jobCap(ctx, job, p)
+	var spent float64
+	capLeft := func() float64 {
+		if capUSD <= 0 {
+			return 0
+		}
+		return max(capUSD-spent, 0.01)
+	}
 	// start runs the agent once, resuming session ("" for a fresh one):
 	// a resume the agent refuses runs again (see runCarried).
 	start := func(session string) (agent.Result, []string, string, error) {
 		argv, agentEnv := r.agentCommand(p, job.Kind)
 		argv, agentEnv = withSession(argv, agentEnv, session)
+		if agent.IsClaude(argv) {
+			argv = agent.WithSpendLimits(argv, capLeft(), p.MaxTurns)
+		}
 		spec := agent.Spec{
 			Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
 			Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
@@ -250,7 +262,8 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		}
 		defer stopConfine()
 		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()), zap.String("resume", session))
-		res, err := r.runAgent(ctx, log, job, attempt, spec)
+		res, more, err := r.runAgent(ctx, log, job, attempt, spec, capLeft())
+		spent += more
 		return res, argv, logPath, err
 	}
 	res, argv, err := r.runCarried(ctx, log, job, &cs, start)
@@ -272,9 +285,14 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		res = agent.JudgeWithoutResult(res, logPath)
 	}
 	res = r.conf.judgeLimits(res, logPath)
+	if c != nil && c.Subtype == agent.ClaudeMaxBudgetSubtype && res.Err != nil {
+		// Claude Code stopped at its --max-budget-usd: the job's cap.
+		res.Err = fmt.Errorf("%w: Claude Code stopped at its budget of $%.2f (%v)", errOverBudget, capUSD, res.Err)
+	}
 	limited := r.usageLimit(log, res, logPath)
 	r.dropLocalLog(log, logPath)
 	out := ended(res, c)
+	out.spent = spent
 	out.resumed, out.restored = cs.resumed, cs.restored
 	if limited != nil {
 		out.end, out.holdReason, out.holdUntil = usageLimited, proto.HoldUsageLimit, *limited

@@ -26,17 +26,20 @@ const LogDrainTimeout = 10 * time.Second
 // its progress recorded, then publishes the rest of its output. The
 // runner drains the agent's output pipe into its log file, which the
 // publisher follows, so an outage never holds the agent up (packages
-// agent and logstream). The error is the publisher's: no agent ran.
-func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec) (agent.Result, error) {
+// agent and logstream). An agent whose output shows it spent more than
+// capUSD (0: no cap) is stopped with errOverBudget (watchSpend); spent is
+// what its output showed spent. The error is the publisher's: no agent
+// ran.
+func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec, capUSD float64) (_ agent.Result, spent float64, _ error) {
 	// A file left by an earlier run on this host would be read as this
 	// attempt's output before the agent's run truncates it.
 	_ = os.Remove(spec.LogPath)
 	pub, err := logstream.Start(logstream.Config{
 		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt, Path: spec.LogPath,
-		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer),
+		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer), Price: price,
 	})
 	if err != nil {
-		return agent.Result{}, err
+		return agent.Result{}, 0, err
 	}
 	spec.Drained = pub.Wake
 	progCtx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
@@ -44,6 +47,13 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	go func() {
 		defer close(progDone)
 		r.recordProgress(progCtx, log, job, attempt, pub)
+	}()
+	ctx, overBudget := context.WithCancelCause(ctx)
+	defer overBudget(nil)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		watchSpend(progCtx, pub, capUSD, overBudget)
 	}()
 
 	// agent.Run says whether the agent ended before ctx did: a stopped
@@ -55,6 +65,7 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	res := r.runAgentTimed(ctx, job, spec)
 	stopProgress()
 	<-progDone
+	<-watchDone
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), LogDrainTimeout)
 	st := pub.Close(dctx)
 	cancel()
@@ -67,7 +78,8 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	default:
 		log.Debug("agent output published", fields...)
 	}
-	return res, nil
+	prog, _ := pub.Progress()
+	return res, prog.SpentUSD, nil
 }
 
 // recordProgress writes the publisher's progress into the job's record

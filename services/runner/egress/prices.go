@@ -63,3 +63,17 @@ func (p Price) cost(t tokens) float64 {
 		float64(t.cacheRead)*p.CacheRead +
 		float64(t.output)*p.Output) / 1e6
 }
+
+// Cost prices one answer's tokens by the model's price in prices
+// (DefaultPrices when nil): cache writes at the five-minute price. ok is
+// false for a model the table does not name.
+func Cost(prices map[string]Price, model string, input, cacheWrite, cacheRead, output int64) (usd float64, ok bool) {
+	if prices == nil {
+		prices = DefaultPrices
+	}
+	p, ok := prices[priceKey(model)]
+	if !ok {
+		return 0, false
+	}
+	return p.cost(tokens{input: input, cacheCreation: cacheWrite, cacheRead: cacheRead, output: output}), true
+}

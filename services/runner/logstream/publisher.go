@@ -86,6 +86,9 @@ type Config struct {
 	BufferBytes int
 	// PublishTimeout bounds one publish. Default PublishTimeoutDefault.
 	PublishTimeout time.Duration
+	// Price prices an assistant message's usage, for Progress.SpentUSD;
+	// nil estimates nothing.
+	Price func(model string, u Usage) float64
 }
 
 // Stats say what became of the output once a Publisher is closed.
@@ -161,7 +164,7 @@ func Start(cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		cfg: cfg, subject: proto.LogSubject(cfg.JobID, cfg.Attempt),
 		wake: make(chan struct{}, 1), ending: make(chan struct{}), done: make(chan struct{}), ctx: ctx, stop: stop,
-		r: NewRenderer(),
+		r: NewPricedRenderer(cfg.Price),
 	}
 	go p.run()
 	return p, nil

@@ -32,6 +32,21 @@ const (
 type Renderer struct {
 	turns    map[string]struct{}
 	progress Progress
+	// price prices one message's usage (nil: nothing is estimated);
+	// costs holds each assistant message's latest estimate, by id, as
+	// its events repeat the message's usage so far.
+	price func(model string, u Usage) float64
+	costs map[string]float64
+	spent float64
+}
+
+// Usage is the token counts of one assistant message, as its stream-json
+// event reports them.
+type Usage struct {
+	InputTokens              int64 `json:"input_tokens"`
+	OutputTokens             int64 `json:"output_tokens"`
+	CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
 }
 
 // Progress is what the agent's output says of its run so far.
@@ -42,11 +57,24 @@ type Progress struct {
 	// CostUSD is the cost the agent reported; Claude Code reports it only
 	// in its final result.
 	CostUSD float64
+	// SpentUSD is what the output shows spent so far: CostUSD once it is
+	// reported, before that the assistant messages' usage priced (an
+	// estimate: a message's event may show its output tokens before the
+	// message is done).
+	SpentUSD float64
 }
 
 // NewRenderer returns a Renderer with no progress yet.
 func NewRenderer() *Renderer {
 	return &Renderer{turns: make(map[string]struct{})}
+}
+
+// NewPricedRenderer is NewRenderer that also estimates the spend from the
+// assistant messages' usage, priced by price.
+func NewPricedRenderer(price func(model string, u Usage) float64) *Renderer {
+	r := NewRenderer()
+	r.price, r.costs = price, map[string]float64{}
+	return r
 }
 
 // Progress returns the progress seen so far.
@@ -82,6 +110,8 @@ type event struct {
 // message is the message of an assistant or user event.
 type message struct {
 	ID      string  `json:"id"`
+	Model   string  `json:"model"`
+	Usage   *Usage  `json:"usage"`
 	Content []block `json:"content"`
 }
 
@@ -144,6 +174,12 @@ func (r *Renderer) render(ev *event) (string, bool) {
 		if ev.Type == "assistant" && m.ID != "" {
 			r.turns[m.ID] = struct{}{}
 			r.progress.Turns = max(r.progress.Turns, len(r.turns))
+			if r.price != nil && m.Usage != nil {
+				c := r.price(m.Model, *m.Usage)
+				r.spent += c - r.costs[m.ID]
+				r.costs[m.ID] = c
+				r.progress.SpentUSD = max(r.progress.SpentUSD, r.spent)
+			}
 		}
 		for _, c := range m.Content {
 			if !renderBlock(&b, c) {
@@ -152,6 +188,7 @@ func (r *Renderer) render(ev *event) (string, bool) {
 		}
 	case "result":
 		r.progress.Turns, r.progress.CostUSD = ev.NumTurns, ev.TotalCostUSD
+		r.progress.SpentUSD = max(r.progress.SpentUSD, ev.TotalCostUSD)
 		outcome := ev.Subtype
 		if ev.IsError {
 			outcome = "error (" + ev.Subtype + ")"

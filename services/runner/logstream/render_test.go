@@ -88,3 +88,29 @@ func TestRenderEscapesInvalidUTF8(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// A priced renderer estimates the spend from each assistant message's
+// latest usage (its events repeat it), and takes the reported cost once
+// the result comes.
+func TestRenderEstimatesSpend(t *testing.T) {
+	r := NewPricedRenderer(func(model string, u Usage) float64 {
+		if model != "m" {
+			return 0
+		}
+		return float64(u.OutputTokens) / 100
+	})
+	for _, line := range []string{
+		`{"type":"assistant","message":{"id":"a","model":"m","usage":{"output_tokens":10},"content":[{"type":"text","text":"x"}]}}`,
+		`{"type":"assistant","message":{"id":"a","model":"m","usage":{"output_tokens":30},"content":[{"type":"text","text":"y"}]}}`,
+		`{"type":"assistant","message":{"id":"b","model":"m","usage":{"output_tokens":20},"content":[{"type":"text","text":"z"}]}}`,
+	} {
+		r.Line(nil, []byte(line))
+	}
+	if got := r.Progress().SpentUSD; got != 0.5 {
+		t.Errorf("estimated %v, want 0.5 (0.3 for a's latest usage, 0.2 for b)", got)
+	}
+	r.Line(nil, []byte(`{"type":"result","subtype":"success","num_turns":2,"total_cost_usd":0.75}`))
+	if p := r.Progress(); p.SpentUSD != 0.75 || p.CostUSD != 0.75 {
+		t.Errorf("after the result: %+v, want the reported 0.75", p)
+	}
+}

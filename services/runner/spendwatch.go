@@ -1,0 +1,46 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/orch-dev/orch/services/runner/egress"
+	"github.com/orch-dev/orch/services/runner/logstream"
+)
+
+// spendWatchInterval is how often a running agent's spend is compared
+// with its cap: it is stopped within about this long of the output line
+// that passed it.
+const spendWatchInterval = 100 * time.Millisecond
+
+// watchSpend stops the agent with errOverBudget, through stop, once the
+// output pub follows shows it spent more than capUSD (0: no cap): its
+// assistant messages' usage priced by the price table, or the cost it
+// reported. It returns when ctx ends or it stopped the agent.
+func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, stop context.CancelCauseFunc) {
+	if capUSD <= 0 {
+		return
+	}
+	t := time.NewTicker(spendWatchInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if prog, _ := pub.Progress(); prog.SpentUSD > capUSD {
+			stop(fmt.Errorf("%w: the agent spent $%.2f, past the job's cap of $%.2f (max_cost_usd, or what was left of the budget)",
+				errOverBudget, prog.SpentUSD, capUSD))
+			return
+		}
+	}
+}
+
+// price prices one assistant message's usage by egress.DefaultPrices;
+// a model the table does not name costs nothing here.
+func price(model string, u logstream.Usage) float64 {
+	c, _ := egress.Cost(nil, model, u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, u.OutputTokens)
+	return c
+}

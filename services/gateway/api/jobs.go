@@ -54,3 +54,13 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusAccepted, Accepted{Jobs: []JobRef{change.Job}})
 }
+
+// release answers POST /jobs/{id}/release: a held job runs now.
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	change, err := s.Jobs.Release(r.Context(), mux.Vars(r)["id"], "api")
+	if err != nil {
+		writeRefusal(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, change)
+}

@@ -98,6 +98,32 @@ func (s *Service) Cancel(ctx context.Context, id string) (*Change, error) {
 	return &Change{Job: RefOf(&st.Job), State: st.State}, nil
 }
 
+// Release runs a held job now, whatever holds it (its budget, a pause):
+// it is published again and its record says queued and who released it,
+// so the runner that pulls it starts it. by names who asked.
+func (s *Service) Release(ctx context.Context, id, by string) (*Change, error) {
+	if id == "" || proto.Token(id) != id {
+		return nil, refuse(http.StatusNotFound, "no such job")
+	}
+	c, err := s.connected()
+	if err != nil {
+		return nil, err
+	}
+	log := s.log(ctx).With(zap.String("job", id))
+	st, err := c.status.ReleaseHeld(ctx, id, by, status.PublishTo(c.js))
+	switch {
+	case errors.Is(err, status.ErrNotFound):
+		return nil, refuse(http.StatusNotFound, "no such job")
+	case errors.Is(err, status.ErrNotHeld):
+		return nil, refuse(http.StatusConflict, "job is not held: %s", st.State)
+	case err != nil:
+		log.Warn("releasing job", zap.Error(err))
+		return nil, refuse(http.StatusServiceUnavailable, "could not release the job: JetStream unavailable")
+	}
+	log.Info("held job released by hand", zap.String("by", by), zap.String("was_held", st.HeldReason))
+	return &Change{Job: RefOf(&st.Job), State: st.State}, nil
+}
+
 // Retry re-queues a dead-lettered job as a fresh job linked to it. The new
 // id follows from the old id and its place in JOBS_DLQ, so retrying the
 // same dead letter twice names the same job.

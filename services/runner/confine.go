@@ -49,10 +49,11 @@ type confinement struct {
 	why string
 }
 
-// credentialVars never reach a confined agent: the egress proxy holds
-// the credentials, and the agent gets placeholders and the proxy's
-// addresses from it instead.
-var credentialVars = []string{
+// hostVars never reach a confined agent: the egress proxy holds the
+// credentials, and the agent gets placeholders and the proxy's addresses
+// from it instead; the runner's HOME, TMPDIR and ssh agent are not in the
+// sandbox (it gets a HOME of its task's and /tmp).
+var hostVars = []string{
 	"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
 	"SSH_AUTH_SOCK", "HOME", "TMPDIR",
@@ -155,7 +156,7 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		return nil, err
 	}
 	env := slices.DeleteFunc(slices.Clone(spec.Env), func(kv string) bool {
-		return slices.ContainsFunc(credentialVars, func(name string) bool { return strings.HasPrefix(kv, name+"=") })
+		return slices.ContainsFunc(hostVars, func(name string) bool { return strings.HasPrefix(kv, name+"=") })
 	})
 	env = append(env, "HOME="+home, "TMPDIR=/tmp")
 
@@ -170,7 +171,6 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		if err != nil {
 			return nil, err
 		}
-		usageLog := log
 		stop = func() {
 			u := proxy.Usage()
 			if err := proxy.Close(); err != nil {
@@ -180,7 +180,7 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 				_ = os.RemoveAll(filepath.Dir(sock))
 			}
 			if u.Requests > 0 {
-				usageLog.Info("model requests through the egress proxy", zap.Int64("requests", u.Requests),
+				log.Info("model requests through the egress proxy", zap.Int64("requests", u.Requests),
 					zap.Int64("input_tokens", u.InputTokens), zap.Int64("output_tokens", u.OutputTokens),
 					zap.Float64("metered_cost_usd", u.CostUSD))
 			}

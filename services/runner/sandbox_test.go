@@ -360,3 +360,79 @@ func TestSandboxSaidEverywhere(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxNetworks: under ORCH_AGENT_NETWORK=open a confined agent
+// reaches the host's listeners itself, and its model request still goes
+// through the job's proxy (on the host's loopback), which puts the real
+// key in; it holds only the placeholder and no proxy settings. Under none
+// it reaches nothing and is given no model address or key.
+func TestSandboxNetworks(t *testing.T) {
+	requireBwrap(t)
+	for _, network := range []sandbox.Network{sandbox.NetOpen, sandbox.NetNone} {
+		t.Run(string(network), func(t *testing.T) {
+			e := newEnv(t, "")
+			var keys sync.Map
+			model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				keys.Store(r.Header.Get("x-api-key"), true)
+				_, _ = io.WriteString(w, `{"type":"message","content":[{"type":"text","text":"model-answer"}],"usage":{"input_tokens":1,"output_tokens":1}}`)
+			}))
+			defer model.Close()
+			t.Setenv("ANTHROPIC_BASE_URL", model.URL)
+			t.Setenv("ANTHROPIC_API_KEY", "sk-real-networks")
+			hostLn := testkit.Listen(t)
+			go func() {
+				for {
+					c, err := hostLn.Accept()
+					if err != nil {
+						return
+					}
+					_, _ = io.WriteString(c, "host-listener\n")
+					c.Close()
+				}
+			}()
+			cfg := e.config("r1", e.script(`
+if timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/`+port(t, hostLn.Addr().String())+`; cat <&3' 2>/dev/null | grep -q host-listener; then echo "REACHED host"; fi
+env | grep -q -i '^https\?_proxy=' && echo "HAS proxy settings"
+env | grep -q sk-real-networks && echo "HAS real key"
+echo "KEY ${ANTHROPIC_API_KEY:-none} BASE ${ANTHROPIC_BASE_URL:-none}"
+if [ -n "${ANTHROPIC_BASE_URL:-}" ]; then
+	hostport=${ANTHROPIC_BASE_URL#http://}; path=/${hostport#*/}; hostport=${hostport%%/*}
+	timeout 10 bash -c 'exec 3<>/dev/tcp/${1%:*}/${1#*:} || exit 1
+		printf "POST %s/v1/messages HTTP/1.1\r\nHost: %s\r\nx-api-key: %s\r\ncontent-length: 2\r\nConnection: close\r\n\r\n{}" "$2" "$1" "$ANTHROPIC_API_KEY" >&3
+		cat <&3' _ "$hostport" "$path" | grep -q model-answer && echo "MODEL answered"
+fi
+exit 0
+`))
+			cfg.AgentSandbox = sandbox.ModeBwrap
+			cfg.AgentNetwork = network
+			e.start(cfg)
+			j := job("net-"+string(network), "task-net", proto.KindImplement)
+			e.enqueue(j)
+			st := e.waitState(j.ID, proto.StateDone, time.Minute)
+			if st.Network != string(network) {
+				t.Errorf("record says network %q, want %q", st.Network, network)
+			}
+			data, err := os.ReadFile(st.Log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := string(data)
+			if strings.Contains(log, "HAS ") {
+				t.Errorf("the agent's environment holds what it must not:\n%s", log)
+			}
+			switch network {
+			case sandbox.NetOpen:
+				if !strings.Contains(log, "REACHED host") || !strings.Contains(log, "KEY orch-placeholder-key") || !strings.Contains(log, "MODEL answered") {
+					t.Errorf("open: want the host reached and the model answering the placeholder key:\n%s", log)
+				}
+				if _, ok := keys.Load("sk-real-networks"); !ok {
+					t.Error("open: the model API did not get the real key")
+				}
+			case sandbox.NetNone:
+				if strings.Contains(log, "REACHED") || !strings.Contains(log, "KEY none BASE none") {
+					t.Errorf("none: want nothing reached, no key, no model address:\n%s", log)
+				}
+			}
+		})
+	}
+}

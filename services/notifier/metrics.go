@@ -25,6 +25,8 @@ type metrics struct {
 	rateLimited  prometheus.Counter
 	deadLettered prometheus.Counter
 	advisories   *prometheus.CounterVec
+	// notices counts the budget and pause notices sent (notices.go).
+	notices *prometheus.CounterVec
 	writes       *prometheus.CounterVec
 	// writeback is the tracker write-back, once it runs.
 	writeback atomic.Pointer[writeback.Writer]
@@ -49,6 +51,7 @@ func newMetrics() *metrics {
 		rateLimited:  f.Counter("orch_notifier_alerts_rate_limited_total", "Alert sends Telegram answered with 429; each is retried after retry_after."),
 		deadLettered: f.Counter("orch_notifier_dead_lettered_total", "Jobs copied to "+proto.StreamDLQ+"."),
 		advisories:   f.CounterVec("orch_notifier_advisories_total", "Advisories handled in full, by outcome: alerted, logged (no bot token), cancelled, already_handled, unusable.", "outcome"),
+		notices:      f.CounterVec("orch_notifier_notices_total", "Notices told once each, by kind: budget (a project's budget spent in a window), pause (a credential at its usage limit).", "kind"),
 		writes:       f.CounterVec("orch_notifier_writeback_writes_total", "Writes to the trackers (tracking comments, commit statuses), by tracker (gitea, plane), operation (comment, status) and outcome: ok, retry (5xx, 429, network; tried again), gone (404; the job's write-back stops), rejected (401, 403, 422; needs a person).", "tracker", "operation", "outcome"),
 	}
 	f.GaugeFunc("orch_notifier_dlq_messages", "Jobs in "+proto.StreamDLQ+" (failed for good, kept for inspection and re-run).", dlqMessages(m.jetStream))

@@ -200,6 +200,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	if err := n.startWriteback(ctx, &wg, js, kv, log); err != nil {
 		return err
 	}
+	wg.Go(func() { n.notices(ctx, js, kv) })
 	n.loop(ctx, cons)
 	wg.Wait()
 	log.Info("notifier stopped")

@@ -77,6 +77,8 @@ func (s *Server) Handler() http.Handler {
 	private.HandleFunc("/jobs/{id}/log", s.jobLog).Methods(http.MethodGet)
 	private.HandleFunc("/jobs/{id}/cancel", s.cancel).Methods(http.MethodPost)
 	private.HandleFunc("/jobs/{id}/retry", s.retry).Methods(http.MethodPost)
+	private.HandleFunc("/projects/{key}/pause", s.pauseProject).Methods(http.MethodPost)
+	private.HandleFunc("/projects/{key}/resume", s.resumeProject).Methods(http.MethodPost)
 	private.HandleFunc("/jobs/{id}/release", s.release).Methods(http.MethodPost)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint")

@@ -31,12 +31,15 @@ type Index struct {
 	synced bool
 }
 
-// Recent is one line of GET /queue's recent list.
+// Recent is one line of GET /queue's recent list. Title is the task's
+// title, where its event gave one: the jobs of one pull request share its
+// task id.
 type Recent struct {
 	ID        string      `json:"id"`
 	Kind      proto.Kind  `json:"kind"`
 	Project   string      `json:"project"`
 	Task      string      `json:"task"`
+	Title     string      `json:"title,omitempty"`
 	State     proto.State `json:"state"`
 	Attempt   int         `json:"attempt"`
 	UpdatedAt time.Time   `json:"updated_at"`
@@ -183,7 +186,7 @@ func (ix *Index) Put(st *proto.Status) { ix.put(st, time.Time{}) }
 // put records st, which the bucket stored at written (zero: unknown).
 func (ix *Index) put(st *proto.Status, written time.Time) {
 	r := &Recent{
-		ID: st.Job.ID, Kind: st.Job.Kind, Project: st.Job.Project, Task: st.Job.Task.ID,
+		ID: st.Job.ID, Kind: st.Job.Kind, Project: st.Job.Project, Task: st.Job.Task.ID, Title: st.Job.Task.Title,
 		State: st.State, Attempt: st.Attempt, UpdatedAt: st.UpdatedAt,
 		Runner: st.Runner, CostUSD: st.CostUSD, CreatedAt: st.Job.CreatedAt, written: written,
 		planeItem: st.Job.Task.PlaneItem,
@@ -267,6 +270,22 @@ func (ix *Index) Counts() map[proto.State]int {
 	out := make(map[proto.State]int, len(proto.States))
 	for _, s := range proto.States {
 		out[s] = ix.counts[s]
+	}
+	return out
+}
+
+// ProjectCounts returns, per project with a job in the index, the number
+// of its jobs in each state (only the states it has).
+func (ix *Index) ProjectCounts() map[string]map[proto.State]int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := map[string]map[proto.State]int{}
+	for el := ix.recent.Front(); el != nil; el = el.Next() {
+		r := el.Value.(*Recent)
+		if out[r.Project] == nil {
+			out[r.Project] = map[proto.State]int{}
+		}
+		out[r.Project][r.State]++
 	}
 	return out
 }

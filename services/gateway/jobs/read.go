@@ -39,12 +39,14 @@ func (s *Service) Job(ctx context.Context, id string) (*proto.Status, error) {
 
 // Summary is the state of the queue: how many jobs are in each state, the
 // JOBS stream's and the runner consumer's figures (nil while NATS is
-// away), the gateway's spool and the jobs updated last.
+// away), the gateway's spool, each project's queued, running and held
+// jobs and pause, and the jobs updated last.
 type Summary struct {
 	Counts   map[proto.State]int `json:"counts"`
 	Stream   *StreamFigures      `json:"stream"`
 	Consumer *ConsumerFigures    `json:"consumer"`
 	Spool    SpoolFigures        `json:"spool"`
+	Projects []ProjectFigures    `json:"projects"`
 	Recent   []index.Recent      `json:"recent"`
 }
 
@@ -77,6 +79,7 @@ type SpoolFigures struct {
 func (s *Service) Queue(ctx context.Context, recent int) Summary {
 	sum := Summary{Counts: s.Counts(), Recent: s.cfg.Index.Recent(recent), Spool: s.Spool()}
 	sum.Stream, sum.Consumer = s.Figures(ctx)
+	sum.Projects = s.ProjectFigures(ctx)
 	return sum
 }
 
@@ -122,6 +125,24 @@ func (s *Service) Figures(ctx context.Context) (*StreamFigures, *ConsumerFigures
 		}
 	}
 	return sf, cf
+}
+
+// MaxAttempts is how many attempts a job gets: the runner consumer's
+// MaxDeliver, which the runners set from ORCH_MAX_ATTEMPTS. A queued
+// job's record has none yet (the gateway does not know the runners'
+// setting); 0 while the consumer cannot be read.
+func (s *Service) MaxAttempts(ctx context.Context) int {
+	c := s.conn.Load()
+	if c == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cons, err := c.js.Consumer(ctx, proto.StreamJobs, proto.ConsumerRunner)
+	if err != nil {
+		return 0
+	}
+	return cons.CachedInfo().Config.MaxDeliver
 }
 
 // DeadLetter is one job in JOBS_DLQ, with why and when it landed there.

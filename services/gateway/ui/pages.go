@@ -19,6 +19,8 @@ type queueData struct {
 	Stream   *jobs.StreamFigures
 	Consumer *jobs.ConsumerFigures
 	Spool    int
+	// Lines is each project's queued, running and held jobs and pause.
+	Lines    []jobs.ProjectFigures
 	Filter   index.Filter
 	Projects []string
 	States   []proto.State
@@ -61,6 +63,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		d.Counts = append(d.Counts, stateCount{State: s, N: counts[s], Link: filterURL(index.Filter{State: s}, 1)})
 	}
 	d.Stream, d.Consumer = b.Figures(r.Context())
+	d.Lines = b.ProjectFigures(r.Context())
 	if pageNo > 1 {
 		d.Prev = filterURL(f, pageNo-1)
 	}
@@ -97,6 +100,8 @@ type jobData struct {
 	CanCancel bool
 	CanRetry  bool
 	Attempts  []attemptLog
+	// MaxAttempts is the record's, or the runners' for a queued job.
+	MaxAttempts int
 	// Partial says the answer is a live poll's: the logs section carries
 	// its key only, not the logs (see jobPage).
 	Partial bool
@@ -117,6 +122,11 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := jobData{St: st, CanCancel: !st.State.Terminal(), CanRetry: st.DLQSeq != 0, Partial: r.Header.Get(HeaderLive) == "1"}
+	// A queued job's record has no attempt limit yet: the runners' is
+	// their consumer's.
+	if d.MaxAttempts = st.MaxAttempts; d.MaxAttempts == 0 {
+		d.MaxAttempts = h.cfg.Jobs.MaxAttempts(r.Context())
+	}
 	if !d.Partial {
 		for n := st.Attempt; n >= 1; n-- {
 			d.Attempts = append(d.Attempts, h.attemptLog(r, st, n))
@@ -180,6 +190,22 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, Prefix+"jobs/"+url.PathEscape(change.Job.ID), http.StatusSeeOther)
+}
+
+// projectAct pauses or resumes the project {key}, then shows the queue.
+func (h *Handler) projectAct(w http.ResponseWriter, r *http.Request) {
+	key := mux.Vars(r)["key"]
+	var err error
+	if mux.Vars(r)["action"] == "pause" {
+		_, err = h.cfg.Jobs.Pause(r.Context(), key, "dashboard", "")
+	} else {
+		_, err = h.cfg.Jobs.Resume(r.Context(), key)
+	}
+	if err != nil {
+		h.refusal(w, r, err)
+		return
+	}
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
 func (h *Handler) deadLettersPage(w http.ResponseWriter, r *http.Request) {

@@ -66,6 +66,10 @@ type Jobs interface {
 	Cancel(ctx context.Context, id string) (*jobs.Change, error)
 	Retry(ctx context.Context, id string) (*jobs.Change, error)
 	DeadLetters(ctx context.Context, limit int) ([]jobs.DeadLetter, error)
+	ProjectFigures(ctx context.Context) []jobs.ProjectFigures
+	Pause(ctx context.Context, key, by, note string) (jobs.ProjectChange, error)
+	Resume(ctx context.Context, key string) (jobs.ProjectChange, error)
+	MaxAttempts(ctx context.Context) int
 }
 
 var _ Jobs = (*jobs.Service)(nil)
@@ -119,6 +123,7 @@ func New(cfg Config) *Handler {
 	r.HandleFunc(Prefix+"jobs/{id}/log", h.get(h.logText)).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry}", h.get(h.confirmPage)).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry}", h.post(h.act)).Methods(http.MethodPost)
+	r.HandleFunc(Prefix+"projects/{key}/{action:pause|resume}", h.post(h.projectAct)).Methods(http.MethodPost)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, http.StatusNotFound, "There is no such page.")
 	})

@@ -1,0 +1,147 @@
+package taskstate_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/taskstate"
+)
+
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
+
+func run(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// world is a remote and a store: two clones of the remote are two
+// runners' worktrees.
+type world struct {
+	t      *testing.T
+	dir    string
+	remote string
+	store  func(runner string) *taskstate.Store
+}
+
+func newWorld(t *testing.T) *world {
+	w := &world{t: t, dir: t.TempDir()}
+	w.remote = filepath.Join(w.dir, "remote")
+	os.MkdirAll(w.remote, 0o755)
+	run(t, w.remote, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(w.remote, "README.md"), []byte("hi\n"), 0o644)
+	run(t, w.remote, "add", "README.md")
+	run(t, w.remote, "commit", "-q", "-m", "initial")
+	js, _ := natstest.JetStream(t)
+	obj, err := proto.EnsureObjectStore(context.Background(), js, proto.Topology{}.TaskStateStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.store = func(runner string) *taskstate.Store {
+		return &taskstate.Store{Obj: obj, Runner: runner, TempDir: w.dir}
+	}
+	return w
+}
+
+func (w *world) clone(name string) taskstate.Place {
+	dir := filepath.Join(w.dir, name, "wt")
+	run(w.t, w.dir, "clone", "-q", w.remote, dir)
+	run(w.t, dir, "checkout", "-q", "-b", "agent/t1")
+	return taskstate.Place{Project: "acme", Task: "t1", Worktree: dir, ClaudeDir: filepath.Join(w.dir, name, "home", ".claude")}
+}
+
+// Commits whose history the restoring clone lacks (its fetch is older
+// than the saving one's) make the state unreadable: the worktree is left
+// as it was.
+func TestRestoreMissingHistory(t *testing.T) {
+	w := newWorld(t)
+	b := w.clone("b") // before the remote's next commit
+	os.WriteFile(filepath.Join(w.remote, "new.txt"), []byte("new\n"), 0o644)
+	run(t, w.remote, "add", "new.txt")
+	run(t, w.remote, "commit", "-q", "-m", "on the remote")
+	a := w.clone("a")
+	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
+	run(t, a.Worktree, "add", "work.txt")
+	run(t, a.Worktree, "commit", "-q", "-m", "unpushed")
+	ctx := context.Background()
+	m, err := w.store("A").Save(ctx, a, "")
+	if err != nil || m.Commits != 1 {
+		t.Fatalf("save: %+v, %v", m, err)
+	}
+	before := run(t, b.Worktree, "rev-parse", "HEAD")
+	_, err = w.store("B").Restore(ctx, b)
+	if !errors.Is(err, taskstate.ErrUnreadable) {
+		t.Fatalf("restore: %v, want ErrUnreadable", err)
+	}
+	if after := run(t, b.Worktree, "rev-parse", "HEAD"); after != before || run(t, b.Worktree, "status", "--porcelain") != "" {
+		t.Errorf("the worktree changed: head %s (was %s)", after, before)
+	}
+	// Once B has fetched what A had, the state restores.
+	run(t, b.Worktree, "fetch", "-q", "origin")
+	res, err := w.store("B").Restore(ctx, b)
+	if err != nil || !res.Did || run(t, b.Worktree, "log", "-1", "--format=%s") != "unpushed" {
+		t.Errorf("restore after fetch: %+v, %v", res, err)
+	}
+}
+
+// A state whose files would land outside the worktree (a path with ..,
+// or beneath a link) is refused as unreadable.
+func TestRestoreRefusesEscapes(t *testing.T) {
+	for name, entries := range map[string][]tar.Header{
+		"dotdot":       {{Name: "../escaped", Typeflag: tar.TypeReg}},
+		"through link": {{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "/tmp"}, {Name: "link/escaped", Typeflag: tar.TypeReg}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t)
+			b := w.clone("b")
+			head := run(t, b.Worktree, "rev-parse", "HEAD")
+			var untracked bytes.Buffer
+			tw := tar.NewWriter(&untracked)
+			for _, h := range entries {
+				h.Mode = 0o644
+				tw.WriteHeader(&h)
+			}
+			tw.Close()
+			var obj bytes.Buffer
+			tw = tar.NewWriter(&obj)
+			for _, f := range []struct {
+				name string
+				data []byte
+			}{
+				{"manifest.json", []byte(`{"schema":1,"runner":"A","head":"` + head + `","branch":"agent/t1","untracked":1}`)},
+				{"untracked.tar", untracked.Bytes()},
+			} {
+				tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o600, Size: int64(len(f.data)), Typeflag: tar.TypeReg})
+				tw.Write(f.data)
+			}
+			tw.Close()
+			if _, err := w.store("A").Obj.PutBytes(context.Background(), proto.TaskStateKey("acme", "t1"), obj.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.store("B").Restore(context.Background(), b); !errors.Is(err, taskstate.ErrUnreadable) {
+				t.Fatalf("restore: %v, want ErrUnreadable", err)
+			}
+			if _, err := os.Lstat(filepath.Join(b.Worktree, "..", "escaped")); err == nil {
+				t.Error("a file was written outside the worktree")
+			}
+			if _, err := os.Lstat("/tmp/escaped"); err == nil {
+				t.Error("a file was written through the link")
+			}
+		})
+	}
+}

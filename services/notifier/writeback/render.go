@@ -59,6 +59,9 @@ func summarize(v View) summary {
 	case proto.StateQueued:
 		s.icon = "⏳"
 		s.lines = append(s.lines, "Waiting for a runner since "+when(st.Job.CreatedAt)+".")
+	case proto.StateHeld:
+		s.icon = "⏸"
+		s.lines = append(s.lines, heldLine(st))
 	case proto.StateRunning:
 		s.icon = "🔄"
 		line := "Working on it: " + attempt
@@ -87,6 +90,26 @@ func summarize(v View) summary {
 		s.icon = "•"
 	}
 	return s
+}
+
+// heldLine says why a held job waits and until when.
+func heldLine(st *proto.Status) string {
+	switch st.HeldReason {
+	case proto.HoldOverBudget:
+		line := "held: budget spent. The project's budget is used up"
+		if !st.HeldUntil.IsZero() {
+			line += "; the job runs by itself when the budget window resets at " + when(st.HeldUntil)
+		}
+		return line + ", or when the budget is raised."
+	case proto.HoldUsageLimit:
+		if st.HeldUntil.IsZero() {
+			return "waiting for the usage limit to reset."
+		}
+		return "waiting for the usage limit to reset at " + when(st.HeldUntil) + "."
+	case proto.HoldOperator:
+		return "held: an operator paused the project; the job runs when it is resumed."
+	}
+	return "held: it runs when its hold ends."
 }
 
 func at(t time.Time) string {
@@ -201,6 +224,8 @@ func StatusOf(st *proto.Status, jobURL string) CommitStatus {
 	switch st.State {
 	case proto.StateQueued:
 		cs.State, cs.Description = "pending", "orch: queued"
+	case proto.StateHeld:
+		cs.State, cs.Description = "pending", cut("orch: "+strings.TrimSuffix(heldLine(st), "."), 140)
 	case proto.StateRunning:
 		cs.State, cs.Description = "pending", "orch: running, "+attempt
 	case proto.StateRetrying:

@@ -2,8 +2,11 @@ package writeback
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/orch-dev/orch/proto"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -27,6 +30,25 @@ func TestErrorText(t *testing.T) {
 	} {
 		if got := errorText([]byte(tc.in)); got != tc.want {
 			t.Errorf("errorText(%s) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A held job's comment and commit status say why it waits and until
+// when, instead of nothing.
+func TestHeldText(t *testing.T) {
+	until := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	for reason, want := range map[string]string{
+		proto.HoldOverBudget: "held: budget spent",
+		proto.HoldUsageLimit: "waiting for the usage limit to reset at 2026-12-02 00:00 UTC",
+		proto.HoldOperator:   "paused the project",
+	} {
+		st := &proto.Status{Job: proto.Job{ID: "j", Kind: proto.KindReview}, State: proto.StateHeld, HeldReason: reason, HeldUntil: until}
+		if body := GiteaBody(View{Status: st}); !strings.Contains(body, want) {
+			t.Errorf("%s: comment %q, want it to say %q", reason, body, want)
+		}
+		if cs := StatusOf(st, ""); cs.State != "pending" || !strings.Contains(cs.Description, want[:12]) {
+			t.Errorf("%s: commit status %+v", reason, cs)
 		}
 	}
 }

@@ -121,7 +121,8 @@ func (w *Writer) sync(ctx context.Context, st *proto.Status, rev uint64, fails i
 // cancelled before either gets none.
 func (w *Writer) commentDue(st *proto.Status, now time.Time) bool {
 	switch st.State {
-	case proto.StateRunning, proto.StateRetrying, proto.StateDone, proto.StateFailed:
+	case proto.StateRunning, proto.StateRetrying, proto.StateDone, proto.StateFailed, proto.StateHeld:
+		// A held job is told why at once: it may wait for hours.
 		return true
 	case proto.StateQueued:
 		return !now.Before(st.Job.CreatedAt.Add(w.cfg.QueuedAfter))

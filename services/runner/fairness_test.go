@@ -1,6 +1,8 @@
 package runner_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -227,4 +232,59 @@ func TestMentionStartsBeforeAutomaticWork(t *testing.T) {
 	if n := startedBefore(e.spans(), m.ID, set(fixes)); n != 1 {
 		t.Errorf("%d fix jobs started before the mention, want 1 (the one running when it came)", n)
 	}
+}
+
+// An operator's pause (the pauses bucket's project.<key>, as POST
+// /projects/{key}/pause writes it): the project's jobs are held (reason
+// operator), the pause holds across a restart of the runner and of
+// JetStream, and its jobs run once it is lifted.
+func TestPausedProjectHoldsItsJobsAcrossRestarts(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	pauses, err := e.js.KeyValue(ctx, proto.BucketPauses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(proto.Pause{Schema: proto.SchemaVersion, Reason: proto.HoldOperator, Since: time.Now().UTC(), By: "test"})
+	if _, err := pauses.Put(ctx, proto.ProjectPauseKey("widgets"), data); err != nil {
+		t.Fatal(err)
+	}
+	agentCmd := e.script("SLEEP=0.1\n" + trackedAgent)
+	stop := e.start(e.config("r1", agentCmd))
+	j1 := job("paused-1", "task-p1", proto.KindImplement)
+	e.enqueue(j1)
+	if st := e.waitState(j1.ID, proto.StateHeld, 20*time.Second); st.HeldReason != proto.HoldOperator {
+		t.Errorf("held for %q, want %q", st.HeldReason, proto.HoldOperator)
+	}
+
+	// Every service restarts: the runner and JetStream.
+	stop()
+	if err := e.srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.start(e.config("r2", agentCmd))
+	j2 := job("paused-2", "task-p2", proto.KindImplement)
+	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		data, _ := json.Marshal(j2)
+		_, err := e.js.Publish(ctx, proto.JobSubject(j2.Project, j2.Kind), data, jetstream.WithMsgID(j2.ID))
+		return err
+	})
+	if _, err := e.status.Apply(ctx, j2, status.Queue(0)); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(j2.ID, proto.StateHeld, 20*time.Second)
+	if st, _, err := e.status.Get(ctx, j1.ID); err != nil || st.State != proto.StateHeld {
+		t.Fatalf("first job after the restart: %v %v, want held", st, err)
+	}
+	if len(e.spans()) != 0 {
+		t.Fatalf("a paused project's job ran: %v", e.spans())
+	}
+
+	// Resume: both run.
+	if err := pauses.Delete(ctx, proto.ProjectPauseKey("widgets")); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(j1.ID, proto.StateDone, 30*time.Second)
+	e.waitState(j2.ID, proto.StateDone, 30*time.Second)
+	e.waitStreamEmpty(10 * time.Second)
 }

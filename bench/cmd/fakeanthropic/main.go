@@ -47,7 +47,7 @@ func run(addr, script string) error {
 	}
 	fmt.Printf("listening on http://%s\n", ln.Addr())
 	srv := &fakeanthropic.Server{Default: script, Log: func(c fakeanthropic.Call) {
-		log.Printf("#%d %s model=%s stream=%v tools=%d script=%s answer=%s", c.N, c.Path, c.Model, c.Stream, c.Tools, c.Script, c.Answer)
+		log.Printf("#%d %s model=%s stream=%v tools=%d messages=%d script=%s answer=%s", c.N, c.Path, c.Model, c.Stream, c.Tools, c.Messages, c.Script, c.Answer)
 	}}
 	return http.Serve(ln, srv)
 }

@@ -50,8 +50,11 @@ type Call struct {
 	Model  string
 	Stream bool
 	Tools  int
-	Script string
-	Answer string
+	// Messages counts the conversation's messages in the request: a
+	// resumed session's first request carries its earlier turns.
+	Messages int
+	Script   string
+	Answer   string
 }
 
 // Server is the stand-in; it is an http.Handler.
@@ -122,7 +125,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "invalid_request_error", "bad request body")
 		return
 	}
-	call.Model, call.Stream, call.Tools = req.Model, req.Stream, len(req.Tools)
+	call.Model, call.Stream, call.Tools, call.Messages = req.Model, req.Stream, len(req.Tools), len(req.Messages)
 	call.Script = s.Default
 	if m := scriptWord.FindSubmatch(raw); m != nil {
 		call.Script = string(m[1])

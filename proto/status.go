@@ -40,6 +40,11 @@ const (
 	HoldOperator = "operator"
 )
 
+// ReasonSuperseded is the error of a job cancelled because a newer job of
+// the same task and kind was queued (Status.SupersededBy names it): no
+// alert, as for any cancel.
+const ReasonSuperseded = "superseded"
+
 // HoldReasons lists the hold reasons.
 var HoldReasons = []string{HoldOverBudget, HoldUsageLimit, HoldOperator}
 
@@ -128,6 +133,9 @@ type Status struct {
 	// ReleasedBy names who released the job from its hold by hand (POST
 	// /jobs/{id}/release): such a job runs over its budget.
 	ReleasedBy string `json:"released_by,omitempty"`
+	// SupersededBy names the newer job of the same task and kind that
+	// replaced a cancelled one (its error is ReasonSuperseded).
+	SupersededBy string `json:"superseded_by,omitempty"`
 }
 
 // DecodeStatus parses a status record.

@@ -27,6 +27,7 @@ import (
 //	held ──Release [runner's releaser, gateway]──► queued
 //
 //	queued, held, running, retrying ──Cancel [gateway]──► cancelled
+//	queued, held, running, retrying ──Supersede [gateway]──► cancelled (a newer job replaced it)
 //	cancelled ──Stopped [runner]──► cancelled (how the stopped attempt ended)
 //
 //	absent, queued, running, retrying, failed ──DeadLetter [notifier]──► failed
@@ -304,6 +305,20 @@ func Cancel() Transition {
 	}}
 }
 
+// Supersede records that job by, newer, of the same task and kind,
+// replaces the job: cancelled with proto.ReasonSuperseded, as a cancel
+// (the runners skip or stop it, nobody is alerted).
+func Supersede(by string) Transition {
+	c := Cancel()
+	return Transition{Name: "supersede", apply: func(st *proto.Status) error {
+		if err := c.apply(st); err != nil {
+			return err
+		}
+		st.Error, st.SupersededBy = proto.ReasonSuperseded, by
+		return nil
+	}}
+}
+
 // Stopped adds to a cancelled record how the runner's stopped attempt
 // ended; the state stays cancelled.
 func Stopped(attempt int, runner string, exitCode int, now time.Time) Transition {
@@ -316,7 +331,9 @@ func Stopped(attempt int, runner string, exitCode int, now time.Time) Transition
 		}
 		code := exitCode
 		st.ExitCode, st.FinishedAt, st.Runner = &code, now, runner
-		st.Error = proto.ReasonCancelled
+		if st.Error != proto.ReasonSuperseded {
+			st.Error = proto.ReasonCancelled
+		}
 		return nil
 	}}
 }

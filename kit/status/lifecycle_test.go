@@ -22,6 +22,7 @@ func TestLifecycle(t *testing.T) {
 		Finish(o), Retry(o), Fail(o), Requeue(o),
 		Reject(2, 3, "r1", "unknown project", now),
 		Cancel(),
+		Supersede("newer"),
 		Hold(2, "r1", proto.HoldOverBudget, time.Time{}, now),
 		Release(""),
 		Stopped(2, "r1", -1, now),
@@ -48,6 +49,7 @@ func TestLifecycle(t *testing.T) {
 		"requeue":       {q, q, q, q, q, ErrTerminal, ErrTerminal, ErrTerminal},
 		"reject":        {fa, fa, fa, fa, fa, ErrTerminal, ErrTerminal, ErrTerminal},
 		"cancel":        {ErrNotFound, ca, ca, ca, ca, ErrTerminal, ErrTerminal, ErrTerminal},
+		"supersede":     {ErrNotFound, ca, ca, ca, ca, ErrTerminal, ErrTerminal, ErrTerminal},
 		"hold":          {he, he, he, he, he, ErrTerminal, ErrTerminal, ErrTerminal},
 		"release":       {ErrNotFound, ErrNotHeld, q, ErrNotHeld, ErrNotHeld, ErrNotHeld, ErrNotHeld, ErrNotHeld},
 		"stopped":       {ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ErrNotCancelled, ca},
@@ -198,5 +200,21 @@ func TestHoldKeepsAttempts(t *testing.T) {
 	}
 	if err := Hold(2, "r1", proto.HoldOverBudget, time.Time{}, now).apply(st); err != nil || st.Holds != 2 || st.ReleasedBy != "" {
 		t.Fatalf("second hold: %v %+v", err, st)
+	}
+}
+
+// A superseded job is cancelled naming the job that replaced it, and its
+// runner's Stopped keeps that reason.
+func TestSupersede(t *testing.T) {
+	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
+	st := &proto.Status{State: proto.StateRunning, Attempt: 1}
+	if err := Supersede("j2").apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if err := Stopped(1, "r1", -1, now).apply(st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != proto.StateCancelled || st.Error != proto.ReasonSuperseded || st.SupersededBy != "j2" {
+		t.Errorf("superseded record: %+v", st)
 	}
 }

@@ -189,7 +189,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	ix := index.New()
 	m := metrics.New(sp, ix.Counts)
-	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), DuplicateWindow: cfg.DuplicateWindow}, log.Named("queue"))
+	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), DuplicateWindow: cfg.DuplicateWindow,
+		SupersedeRunning: func(project string) bool {
+			p, ok := current.Load().ByKey(project)
+			return ok && p.Supersede == registry.SupersedeRunning
+		}}, log.Named("queue"))
 	proxies, _ := throttle.ParseProxies(cfg.TrustedProxies) // checked by Validate
 	limit := throttle.New(throttle.Config{TrustedProxies: proxies, Log: log.Named("throttle"), Now: cfg.Now})
 	svc := jobs.New(jobs.Config{Queue: q, Index: ix, Registry: current.Load, Now: time.Now, Log: log.Named("jobs")})

@@ -99,6 +99,10 @@ type Config struct {
 	// earlier publish whose status record was not written (JetStream
 	// drops the message itself). Zero means proto.DuplicateWindowDefault.
 	DuplicateWindow time.Duration
+	// SupersedeRunning says whether a newer job of a project's task and
+	// kind also stops a running older one (registry supersede: running);
+	// nil: never (supersede: queued, the default). See supersede.go.
+	SupersedeRunning func(project string) bool
 }
 
 // Queue carries out decisions. Connect must be called once JetStream is
@@ -228,6 +232,9 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	wg.Wait()
 	if err := errors.Join(recErr, keyErr); err != nil {
 		return Result{}, err
+	}
+	if !ack.Duplicate {
+		q.supersede(ctx, c, job)
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
 }

@@ -85,6 +85,10 @@ func summarize(v View) summary {
 		s.retry = "To try again, mention the agent here once more, or re-run the job: `POST /jobs/" + st.Job.ID + "/retry` on the orch gateway."
 	case proto.StateCancelled:
 		s.icon = "🚫"
+		if st.SupersededBy != "" {
+			s.lines = append(s.lines, "Superseded"+at(cmpTime(st.FinishedAt, st.UpdatedAt))+" by job "+st.SupersededBy+", a newer "+string(st.Job.Kind)+" of this task, which runs instead.")
+			break
+		}
 		s.lines = append(s.lines, "Cancelled"+at(cmpTime(st.FinishedAt, st.UpdatedAt))+".")
 	default:
 		s.icon = "•"

@@ -52,3 +52,12 @@ func TestHeldText(t *testing.T) {
 		}
 	}
 }
+
+// A superseded job's comment names the job that replaced it.
+func TestSupersededText(t *testing.T) {
+	st := &proto.Status{Job: proto.Job{ID: "j1", Kind: proto.KindReview}, State: proto.StateCancelled,
+		Error: proto.ReasonSuperseded, SupersededBy: "j3"}
+	if body := GiteaBody(View{Status: st}); !strings.Contains(body, "Superseded") || !strings.Contains(body, "j3") {
+		t.Errorf("comment %q does not name the job that replaced it", body)
+	}
+}

@@ -1,0 +1,50 @@
+package queue
+
+import (
+	"context"
+	"errors"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/proto"
+)
+
+// supersede cancels, with proto.ReasonSuperseded naming job, the older
+// open jobs of job's task and kind: three pushes to a pull request within
+// a minute queue three reviews, and only the newest is worth paying for.
+// A waiting job (queued, held, retrying) is superseded; a running one
+// only where the project says supersede: running (its runner stops the
+// agent, as for a cancel). Respond jobs each answer their own mention and
+// a cleanup costs nothing, so neither supersedes. Superseding is a
+// saving, not a guarantee: an error is logged and the older job runs.
+func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
+	if job.Kind == proto.KindRespond || job.Kind == proto.KindCleanup || !q.tasks.Synced() {
+		return
+	}
+	running := q.cfg.SupersedeRunning != nil && q.cfg.SupersedeRunning(job.Project)
+	log := q.log.With(zap.String("job", job.ID), zap.String("project", job.Project), zap.String("task", job.Task.ID))
+	for _, id := range q.tasks.OpenJobs(job.Project, job.Task.ID) {
+		if id == job.ID {
+			continue
+		}
+		st, _, err := c.status.Get(ctx, id)
+		if err != nil {
+			continue
+		}
+		if st.Job.Kind != job.Kind || !st.Job.CreatedAt.Before(job.CreatedAt) {
+			continue
+		}
+		if st.State == proto.StateRunning && !running {
+			continue
+		}
+		_, err = c.status.Apply(ctx, &st.Job, status.Supersede(job.ID))
+		switch {
+		case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrNotFound):
+		case err != nil:
+			log.Warn("superseding an older job", zap.String("older_job", id), zap.Error(err))
+		default:
+			log.Info("older job superseded", zap.String("older_job", id), zap.String("was", string(st.State)))
+		}
+	}
+}

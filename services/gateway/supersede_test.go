@@ -1,0 +1,78 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/kit/testkit"
+	"github.com/orch-dev/orch/proto"
+)
+
+// Three synchronized events of one pull request while its first review
+// runs: the running review goes on (supersede: queued, the default), the
+// middle one ends cancelled as superseded by the third, which waits at the
+// newest head.
+func TestNewerReviewSupersedesQueued(t *testing.T) {
+	e, g := newGateway(t, nil)
+	_, _, kv := natstest.Connect(t, e.srv)
+	st := status.New(kv)
+	ctx := context.Background()
+	push := func(head string) string {
+		t.Helper()
+		raw, _ := readFixture(t, "gitea/pull_request__opened")
+		body := testkit.EditJSON(t, raw, func(m map[string]any) {
+			m["action"] = "synchronized"
+			m["pull_request"].(map[string]any)["head"].(map[string]any)["sha"] = head
+		})
+		a, out := g.postGitea(t, body)
+		if len(a.Jobs) != 1 || a.Jobs[0].Kind != string(proto.KindReview) {
+			t.Fatalf("synchronized answered %s, want one review", out)
+		}
+		return a.Jobs[0].ID
+	}
+	waitState := func(id string, want proto.State) *proto.Status {
+		t.Helper()
+		var rec *proto.Status
+		natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+			var err error
+			if rec, _, err = st.Get(ctx, id); err != nil {
+				return err
+			}
+			if rec.State != want {
+				return fmt.Errorf("job %s is %s, want %s", id, rec.State, want)
+			}
+			return nil
+		})
+		return rec
+	}
+	first := push("1111111111111111111111111111111111111111")
+	rec := waitState(first, proto.StateQueued)
+	// A runner has it.
+	if _, err := st.Apply(ctx, &rec.Job, status.StartAttempt(1, 3, "r1", "", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	second := push("2222222222222222222222222222222222222222")
+	waitState(second, proto.StateQueued)
+	// The index must have seen the second before the third supersedes it.
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := g.queue(t).Counts[string(proto.StateQueued)]; n != 1 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	third := push("3333333333333333333333333333333333333333")
+	mid := waitState(second, proto.StateCancelled)
+	if mid.Error != proto.ReasonSuperseded || mid.SupersededBy != third {
+		t.Errorf("middle review: error %q superseded by %q, want superseded by %s", mid.Error, mid.SupersededBy, third)
+	}
+	if newest := waitState(third, proto.StateQueued); newest.Job.Task.HeadSHA != "3333333333333333333333333333333333333333" {
+		t.Errorf("newest review is at head %q", newest.Job.Task.HeadSHA)
+	}
+	if rec, _, _ := st.Get(ctx, first); rec.State != proto.StateRunning {
+		t.Errorf("the running review is %s, want it left running", rec.State)
+	}
+}

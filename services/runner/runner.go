@@ -14,16 +14,22 @@
 //
 // The files follow a job: config.go (settings), runner.go (start-up),
 // reload.go (the registry on SIGHUP), intake.go (pulling jobs and the
-// shutdown), delivery.go (one delivery: checks, lock, agent), checkout.go
-// (the worktree at the job's head), agentcmd.go (the agent's argv and
+// shutdown), fairness.go (admission: the project's slot, priority, fair
+// share), hold.go (a job that may not start now is held) and release.go
+// (the releaser that publishes it again), delivery.go (one delivery:
+// checks, lock, agent), checkout.go (the worktree at the job's head),
+// carry.go (the task's work and session carried over from an earlier
+// attempt, saved for the next), agentcmd.go (the agent's argv and
 // environment, Claude Code's permissions), confine.go (the agent's
 // sandbox, egress proxy and limits, chosen at start), output.go (running
-// the agent while its output goes to JOBS_LOGS), secrets.go (the agent's words
-// scrubbed before the record keeps them), lease.go and lock.go, cancel.go
-// (the cancel watch), decide.go (what an outcome means: the verdict, pure
-// and table-tested), settle.go (applying the verdict: the record, ack or
+// the agent while its output goes to JOBS_LOGS), spendwatch.go (a running
+// agent's spend against its cap), secrets.go (the agent's words scrubbed
+// before the record keeps them), lease.go and lock.go, cancel.go (the
+// cancel watch), decide.go (what an outcome means: the verdict, pure and
+// table-tested), settle.go (applying the verdict: the record, ack or
 // nak), pipeline.go (the next kind), backoff.go (the waits between tries)
-// and metrics.go.
+// and metrics.go. deployments/check's TestRunnerFileList holds this list
+// to the package's files.
 package runner
 
 import (

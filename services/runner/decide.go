@@ -84,6 +84,9 @@ var (
 	// errOverBudget: the agent's spend passed the job's max_cost_usd (or
 	// what was left of the budget): the job fails for good.
 	errOverBudget = errors.New(proto.HoldOverBudget)
+	// errMaxTurns: the agent took more turns than the project's
+	// max_turns: a retry would take as many, so the job fails for good.
+	errMaxTurns = errors.New("max_turns")
 )
 
 // stopEnding is the ending of a job stopped with cause; ok is false for
@@ -283,10 +286,10 @@ func decide(out outcome, attempt int, lim limits) verdict {
 		// any failure.
 		return verdict{do: terminate, record: writeFail, count: outcomeFailed,
 			level: zapcore.ErrorLevel, note: "agent lacks the permissions it needs: job failed without retries"}
-	case errors.Is(out.err, errOverBudget):
+	case errors.Is(out.err, errOverBudget), errors.Is(out.err, errMaxTurns):
 		// A retry would spend again: fail for good, alerted once.
 		return verdict{do: terminate, record: writeFail, count: outcomeFailed,
-			level: zapcore.ErrorLevel, note: "agent spent past its cap: job failed without retries"}
+			level: zapcore.ErrorLevel, note: "agent passed its spend or turn limit: job failed without retries"}
 	case out.err == nil:
 		return verdict{do: ack, record: writeFinish, count: outcomeDone, level: zapcore.InfoLevel, note: "job done"}
 	case attempt < lim.maxAttempts:

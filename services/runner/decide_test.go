@@ -34,6 +34,7 @@ func TestDecide(t *testing.T) {
 		"usage limit":          {end: usageLimited, exitCode: 1, err: exit1, holdReason: "usage_limit", holdUntil: time.Unix(1e9, 0)},
 		"over budget":          ended(agent.Result{ExitCode: -1, Err: fmt.Errorf("spent $1.20 past max_cost_usd $1.00: %w", errOverBudget)}, nil),
 		"republished exit 1":   {end: ranToEnd, exitCode: 1, err: exit1, republished: true},
+		"max turns":            {end: ranToEnd, exitCode: 1, err: fmt.Errorf("%w: 13 turns", errMaxTurns)},
 	}
 	// want[outcome] is the verdict on attempts 1, 2 and 3 (the last).
 	want := map[string][3]string{
@@ -56,6 +57,7 @@ func TestDecide(t *testing.T) {
 		"usage limit":          {"hold record=hold count=held", "hold record=hold count=held", "hold record=hold count=held"},
 		"over budget":          {"terminate record=fail count=failed", "terminate record=fail count=failed", "terminate record=fail count=failed"},
 		"republished exit 1":   {"retry after 1s record=retry count=retry", "retry after 2s record=retry count=retry", "terminate record=fail count=failed"},
+		"max turns":            {"terminate record=fail count=failed", "terminate record=fail count=failed", "terminate record=fail count=failed"},
 	}
 	if len(want) != len(outcomes) {
 		t.Fatalf("table has %d rows for %d outcomes", len(want), len(outcomes))

@@ -262,7 +262,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		}
 		defer stopConfine()
 		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()), zap.String("resume", session))
-		res, more, err := r.runAgent(ctx, log, job, attempt, spec, capLeft())
+		res, more, err := r.runAgent(ctx, log, job, attempt, spec, capLeft(), p.MaxTurns)
 		spent += more
 		return res, argv, logPath, err
 	}
@@ -285,9 +285,13 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		res = agent.JudgeWithoutResult(res, logPath)
 	}
 	res = r.conf.judgeLimits(res, logPath)
-	if c != nil && c.Subtype == agent.ClaudeMaxBudgetSubtype && res.Err != nil {
+	switch {
+	case c == nil || res.Err == nil:
+	case c.Subtype == agent.ClaudeMaxBudgetSubtype:
 		// Claude Code stopped at its --max-budget-usd: the job's cap.
 		res.Err = fmt.Errorf("%w: Claude Code stopped at its budget of $%.2f (%v)", errOverBudget, capUSD, res.Err)
+	case c.Subtype == agent.ClaudeMaxTurnsSubtype && p.MaxTurns > 0:
+		res.Err = fmt.Errorf("%w: Claude Code stopped at max_turns %d (%v)", errMaxTurns, p.MaxTurns, res.Err)
 	}
 	limited := r.usageLimit(log, res, logPath)
 	r.dropLocalLog(log, logPath)

@@ -27,10 +27,11 @@ const LogDrainTimeout = 10 * time.Second
 // runner drains the agent's output pipe into its log file, which the
 // publisher follows, so an outage never holds the agent up (packages
 // agent and logstream). An agent whose output shows it spent more than
-// capUSD (0: no cap) is stopped with errOverBudget (watchSpend); spent is
+// capUSD (0: no cap), or more turns than maxTurns, is stopped with
+// errOverBudget or errMaxTurns (watchSpend); spent is
 // what its output showed spent. The error is the publisher's: no agent
 // ran.
-func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec, capUSD float64) (_ agent.Result, spent float64, _ error) {
+func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int, spec agent.Spec, capUSD float64, maxTurns int) (_ agent.Result, spent float64, _ error) {
 	// A file left by an earlier run on this host would be read as this
 	// attempt's output before the agent's run truncates it.
 	_ = os.Remove(spec.LogPath)
@@ -53,7 +54,7 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		watchSpend(progCtx, pub, capUSD, overBudget)
+		watchSpend(progCtx, pub, capUSD, maxTurns, overBudget)
 	}()
 
 	// agent.Run says whether the agent ended before ctx did: a stopped

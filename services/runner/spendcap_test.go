@@ -44,3 +44,29 @@ func TestSpendCapStopsAgent(t *testing.T) {
 		t.Errorf("agent ran %d times, want once: no retry", len(runs))
 	}
 }
+
+// turnsAgent prints three assistant messages (three turns) and would
+// then work on.
+const turnsAgent = `echo run >> $RUNS/$ORCH_JOB_ID
+for i in 1 2 3; do
+	echo '{"type":"assistant","message":{"id":"msg_'$i'","type":"message","role":"assistant","model":"claude-opus-4-8","content":[{"type":"text","text":"turn"}]},"session_id":"s"}'
+done
+sleep 30
+`
+
+// The turns orch counts are held to max_turns: past it the agent is
+// stopped and the job fails for good.
+func TestMaxTurnsStopsAgent(t *testing.T) {
+	e := newEnv(t, "    max_turns: 2\n")
+	e.start(e.config("r1", e.script(turnsAgent)))
+	j := job("max-turns", "task-1", proto.KindImplement)
+	e.enqueue(j)
+	st := e.waitState(j.ID, proto.StateFailed, 20*time.Second)
+	if !strings.HasPrefix(st.Error, "max_turns") {
+		t.Errorf("error %q, want max_turns", st.Error)
+	}
+	e.waitStreamEmpty(10 * time.Second)
+	if runs := e.lines(j.ID); len(runs) != 1 {
+		t.Errorf("agent ran %d times, want once", len(runs))
+	}
+}

@@ -17,9 +17,11 @@ const spendWatchInterval = 100 * time.Millisecond
 // watchSpend stops the agent with errOverBudget, through stop, once the
 // output pub follows shows it spent more than capUSD (0: no cap): its
 // assistant messages' usage priced by the price table, or the cost it
-// reported. It returns when ctx ends or it stopped the agent.
-func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, stop context.CancelCauseFunc) {
-	if capUSD <= 0 {
+// reported; and with errMaxTurns once it shows more turns than maxTurns
+// (0: no limit), the turns orch counts (assistant messages). It returns
+// when ctx ends or it stopped the agent.
+func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, maxTurns int, stop context.CancelCauseFunc) {
+	if capUSD <= 0 && maxTurns <= 0 {
 		return
 	}
 	t := time.NewTicker(spendWatchInterval)
@@ -30,9 +32,14 @@ func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, s
 			return
 		case <-t.C:
 		}
-		if prog, _ := pub.Progress(); prog.SpentUSD > capUSD {
+		prog, _ := pub.Progress()
+		if capUSD > 0 && prog.SpentUSD > capUSD {
 			stop(fmt.Errorf("%w: the agent spent $%.2f, past the job's cap of $%.2f (max_cost_usd, or what was left of the budget)",
 				errOverBudget, prog.SpentUSD, capUSD))
+			return
+		}
+		if maxTurns > 0 && prog.Turns > maxTurns {
+			stop(fmt.Errorf("%w: the agent took %d turns, past max_turns %d", errMaxTurns, prog.Turns, maxTurns))
 			return
 		}
 	}

@@ -26,5 +26,10 @@ func WithSpendLimits(argv []string, maxUSD float64, maxTurns int) []string {
 }
 
 // ClaudeMaxBudgetSubtype is the subtype of Claude Code's result when it
-// stopped at its --max-budget-usd.
+// stopped at its --max-budget-usd (checked with Claude Code 2.1.197
+// against a stand-in API).
 const ClaudeMaxBudgetSubtype = "error_max_budget_usd"
+
+// ClaudeMaxTurnsSubtype is the subtype of Claude Code's result when it
+// stopped at its --max-turns (checked with Claude Code 2.1.197).
+const ClaudeMaxTurnsSubtype = "error_max_turns"

@@ -64,6 +64,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	if err := b.egressRows(ctx, t, log); err != nil {
 		return err
 	}
+	if err := b.taskStateRows(ctx, t, log); err != nil {
+		return err
+	}
 
 	log("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
 	rawPickup, err := b.rawPickup(ctx)

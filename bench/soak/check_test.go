@@ -104,6 +104,11 @@ type report struct {
 	// status bucket once the system was quiet (-1: it never did).
 	calmRate, chaosRate float64
 	queueLag            time.Duration
+	// perProject is the most agents of each project at once.
+	perProject map[string]int
+	// superseded are the jobs a newer one of their task and kind
+	// cancelled while they waited.
+	superseded int
 	// refused is the webhooks answered otherwise than 202 before their
 	// 202 (or not answered), spooled those whose 202 said spooled, and
 	// spoolPeak the gateway's deepest spool seen.
@@ -130,11 +135,14 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 	alerts, msgs := alerts(s.tg)
 	r.alertMsgs = msgs
 	known := map[string]bool{}
+	supersededBy := map[string]string{}
 	type event struct {
 		at    time.Time
 		delta int
 	}
 	var events []event
+	// byProject are each project's events, held to its max_concurrency.
+	byProject := map[string][]event{}
 
 	outages := s.outages()
 	for _, j := range jobs {
@@ -161,6 +169,12 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 			if j.doomed {
 				r.doomedFailed++
 			}
+		case st.State == proto.StateCancelled && st.Error == proto.ReasonSuperseded && st.SupersededBy != "":
+			// A newer job of its task and kind replaced it while it waited
+			// (the registry's supersede): not lost, if the soak queued
+			// that one (checked below).
+			r.superseded++
+			supersededBy[j.id] = st.SupersededBy
 		default:
 			r.other++
 			r.lost++
@@ -222,6 +236,7 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 			}
 			if !end.IsZero() {
 				events = append(events, event{ru.start, +1}, event{end, -1})
+				byProject[j.project] = append(byProject[j.project], event{ru.start, +1}, event{end, -1})
 			}
 			if slices.ContainsFunc(runs[:i], func(p run) bool { return p.attempt == ru.attempt }) {
 				r.problem("job %s: attempt %d ran twice", j.id, ru.attempt)
@@ -256,26 +271,44 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 			r.problem("job %s is done, yet every run of it fails", j.id)
 		}
 	}
+	for id, by := range supersededBy {
+		if !known[by] {
+			r.lost++
+			r.problem("job %s was superseded by %s, which the soak never queued", id, by)
+		}
+	}
 	for id, n := range alerts {
 		if !known[id] {
 			r.problem("alert (%d) for job %s that the soak never queued", n, id)
 		}
 	}
 
-	// The most agents ever running at once, across both runners.
-	sort.Slice(events, func(i, j int) bool {
-		if events[i].at.Equal(events[j].at) {
-			return events[i].delta < events[j].delta
+	// The most agents ever running at once, across both runners, in all
+	// and per project.
+	most := func(events []event) int {
+		sort.Slice(events, func(i, j int) bool {
+			if events[i].at.Equal(events[j].at) {
+				return events[i].delta < events[j].delta
+			}
+			return events[i].at.Before(events[j].at)
+		})
+		cur, top := 0, 0
+		for _, e := range events {
+			cur += e.delta
+			top = max(top, cur)
 		}
-		return events[i].at.Before(events[j].at)
-	})
-	cur := 0
-	for _, e := range events {
-		cur += e.delta
-		r.maxConcurrent = max(r.maxConcurrent, cur)
+		return top
 	}
+	r.maxConcurrent = most(events)
 	if r.maxConcurrent > maxConcurrency {
 		r.problem("%d agents ran at once, more than ORCH_MAX_CONCURRENCY=%d", r.maxConcurrent, maxConcurrency)
+	}
+	r.perProject = map[string]int{}
+	for _, p := range soakProjects {
+		r.perProject[p.key] = most(byProject[p.key])
+		if p.limit > 0 && r.perProject[p.key] > p.limit {
+			r.problem("%d agents of project %s ran at once, more than its max_concurrency %d", r.perProject[p.key], p.key, p.limit)
+		}
 	}
 	if r.queueLag > time.Second {
 		r.problem("GET /queue took %v to agree with the status bucket once quiet, more than a second", r.queueLag)
@@ -328,8 +361,8 @@ func (s *system) explainedRedelivery(prev, next run) bool {
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nsoak summary (%v)\n", r.elapsed.Round(time.Second))
 	fmt.Fprintf(w, "  jobs accepted          %d\n", r.jobs)
-	fmt.Fprintf(w, "  done / failed / other  %d / %d / %d   (failed: %d doomed, %d after kills ate their attempts)\n",
-		r.done, r.failed, r.other, r.doomedFailed, r.failed-r.doomedFailed)
+	fmt.Fprintf(w, "  done / failed / other  %d / %d / %d   (failed: %d doomed, %d after kills ate their attempts; superseded %d)\n",
+		r.done, r.failed, r.other, r.doomedFailed, r.failed-r.doomedFailed, r.superseded)
 	fmt.Fprintf(w, "  GET /queue counts      %v (agreed with the bucket after %v, target <= 1s)\n", r.queue, r.queueLag.Round(time.Millisecond))
 	fmt.Fprintf(w, "  drain rate             %.1f jobs/s without chaos, %.1f jobs/s under it: %.2fx (target >= 0.5x)\n",
 		r.calmRate, r.chaosRate, r.chaosRate/r.calmRate)
@@ -340,6 +373,13 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "  webhooks               %d answered otherwise than 202 first, %d spooled; spool peak %d\n", r.refused, r.spooled, r.spoolPeak)
 	fmt.Fprintf(w, "  wait for a slot        longest %v, longest across an outage %v\n", r.waitMax.Round(time.Millisecond), r.waitMaxOutage.Round(time.Millisecond))
 	fmt.Fprintf(w, "  max agents at once     %d (limit %d)\n", r.maxConcurrent, maxConcurrency)
+	for _, p := range soakProjects {
+		limit := "ORCH_MAX_CONCURRENCY"
+		if p.limit > 0 {
+			limit = strconv.Itoa(p.limit)
+		}
+		fmt.Fprintf(w, "    of %-19s %d (limit %s)\n", p.key, r.perProject[p.key], limit)
+	}
 	fmt.Fprintf(w, "  lost                   %d\n", r.lost)
 	if len(r.problems) == 0 {
 		fmt.Fprintln(w, "  result                 PASS")

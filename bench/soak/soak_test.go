@@ -51,6 +51,14 @@ const (
 	jobsPerTask = 5
 )
 
+// soakProjects are the soak's projects, its jobs spread over them in
+// turn, with their max_concurrency (0: only ORCH_MAX_CONCURRENCY); the
+// check holds each to its limit.
+var soakProjects = []struct {
+	key, repo string
+	limit     int
+}{{"widgets", gitea.Repo, 0}, {"gadgets", "acme/gadgets", 1}, {"gizmos", "acme/gizmos", 2}}
+
 var jobIDPattern = regexp.MustCompile(`[0-9a-f]{24}`)
 
 // alerts counts the messages naming each job id.
@@ -225,6 +233,9 @@ func prepare(t *testing.T) *system {
 	if sys.registry, err = project.Setup(dir); err != nil {
 		t.Fatal(err)
 	}
+	if err := addProjects(sys.registry); err != nil {
+		t.Fatal(err)
+	}
 	sys.records = filepath.Join(dir, "runs")
 	if err := os.MkdirAll(sys.records, 0o755); err != nil {
 		t.Fatal(err)
@@ -235,6 +246,26 @@ func prepare(t *testing.T) *system {
 	}
 	sys.tg = testkit.NewTelegram(t, "123:abc")
 	return sys
+}
+
+// addProjects adds to the registry at path the soak's projects after
+// its first, served from the first's repository, with their limits.
+func addProjects(path string) error {
+	limit := func(n int) string {
+		if n == 0 {
+			return ""
+		}
+		return fmt.Sprintf("    max_concurrency: %d\n", n)
+	}
+	if soakProjects[0].limit > 0 {
+		return errors.New("the registry's first project takes no limit here")
+	}
+	for _, p := range soakProjects[1:] {
+		if err := project.Add(path, p.key, p.repo, limit(p.limit)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // connect connects the soak's own client to s.natsURL (with opts: a
@@ -494,8 +525,9 @@ func (s *system) restartJetStream() {
 
 // job is one accepted webhook's job.
 type job struct {
-	id     string
-	doomed bool
+	id      string
+	project string
+	doomed  bool
 	// accepted is when the gateway answered 202; spooled says it kept
 	// the webhook on disk for JetStream; refused counts the answers
 	// before that 202 that were not one (or no answer at all).
@@ -528,7 +560,8 @@ func (s *system) post(ctx context.Context, from, to, n int, posted *atomic.Int64
 			}
 		}
 		g.Go(func() error {
-			pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i}
+			proj := soakProjects[i%len(soakProjects)]
+			pr := gitea.PR{Number: 1 + i%max(n/jobsPerTask, 1), Seq: i, Repo: proj.repo}
 			doomed := i%doomedEvery == doomedEvery-1
 			if doomed {
 				pr.Branch = fmt.Sprintf("agent/doomed-%d", i%5)
@@ -540,7 +573,7 @@ func (s *system) post(ctx context.Context, from, to, n int, posted *atomic.Int64
 				mu.Unlock()
 				return nil // one failed webhook does not stop the others
 			}
-			j.doomed = doomed
+			j.doomed, j.project = doomed, proj.key
 			jobs[i-from] = j
 			posted.Add(1)
 			return nil

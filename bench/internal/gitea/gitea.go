@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Secret is the Gitea signing secret the bench and the soak configure.
@@ -42,6 +43,8 @@ type PR struct {
 	// HeadSHA is the head commit the delivery names; empty names a
 	// made-up commit derived from Seq, which no repository has.
 	HeadSHA string
+	// Repo is the repository's owner/name; empty means Repo.
+	Repo string
 }
 
 // New returns a signed "opened" delivery of pr.
@@ -65,6 +68,17 @@ func New(pr PR) (Delivery, error) {
 	}
 	if pr.Branch != "" {
 		head["ref"], head["label"] = pr.Branch, pr.Branch
+	}
+	if pr.Repo != "" {
+		repo, ok := p["repository"].(map[string]any)
+		if !ok {
+			return Delivery{}, fmt.Errorf("fixture has no repository")
+		}
+		owner, name, _ := strings.Cut(pr.Repo, "/")
+		repo["full_name"], repo["name"] = pr.Repo, name
+		if o, ok := repo["owner"].(map[string]any); ok {
+			o["login"], o["username"] = owner, owner
+		}
 	}
 	body, err := json.Marshal(p)
 	if err != nil {

@@ -62,8 +62,9 @@ func plural(n int, one, many string) string {
 }
 
 // Restore reads the task's saved state and, unless the worktree at pl
-// already is that state (this runner saved it at the same head) or holds
-// uncommitted work of its own, writes it in: the commits (the worktree's
+// already is that state (this runner saved it, and the worktree is at the
+// same head or keeps its changes) or holds uncommitted work of its own,
+// writes it in: the commits (the worktree's
 // branch moved to the saved head unless it already contains it), the
 // uncommitted changes and untracked files, and the agent's session under
 // pl's worktree name. The state is read and checked whole before the
@@ -86,13 +87,15 @@ func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
 	if err != nil {
 		return res, fmt.Errorf("reading the worktree's head: %w", err)
 	}
-	if m.Runner == s.Runner && head == m.Head {
-		res.Skipped = "this runner's worktree is the saved one"
-		return res, nil
-	}
 	dirty, err := git(ctx, wt, "status", "--porcelain")
 	if err != nil {
 		return res, fmt.Errorf("reading the worktree's status: %w", err)
+	}
+	// This runner's own worktree, at the saved head or holding its own
+	// changes kept since: the state is what it has, or older.
+	if m.Runner == s.Runner && (head == m.Head || dirty != "") {
+		res.Skipped = "this runner's worktree is the saved one"
+		return res, nil
 	}
 	if dirty != "" {
 		res.Skipped = "the worktree has uncommitted changes of its own"

@@ -75,6 +75,11 @@ type Task struct {
 	// be the item's readable identifier instead, which Plane's API does
 	// not take.
 	PlaneItem string `json:"plane_item,omitempty"`
+	// PlaneRun is the id of the Plane agent run (Plane's Agents API) the
+	// job answers, for a project with plane_agent_app: the notifier posts
+	// the run's activities there (a thought at once, the agent's tool
+	// calls, the response or the error), and the run's stop cancels it.
+	PlaneRun string `json:"plane_run,omitempty"`
 	// FromFork says a pull request's head is not in the repository
 	// itself: a fork's, or one the payload does not place. Branch is then
 	// only the fork's name for its branch, which the repository may have a

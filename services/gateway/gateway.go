@@ -53,6 +53,10 @@ type Config struct {
 	// GiteaSecret and PlaneSecret verify webhook signatures. Required.
 	GiteaSecret string `env:"GITEA_SECRET"`
 	PlaneSecret string `env:"PLANE_SECRET"`
+	// PlaneAgentSecret verifies the webhooks of a Plane agent app (its
+	// runs, POST /webhooks/plane-agent): the app's own secret, not the
+	// workspace webhook's. Empty refuses them (401).
+	PlaneAgentSecret string `env:"PLANE_AGENT_SECRET"`
 	// APIToken guards every endpoint that shows or changes a job (GET
 	// /queue, /jobs/...; POST /jobs...) and POST /ui/login-links, which
 	// makes the dashboard's login links: they need Authorization: Bearer
@@ -199,7 +203,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	svc := jobs.New(jobs.Config{Queue: q, Index: ix, Registry: current.Load, Now: time.Now, Log: log.Named("jobs")})
 	srv := &api.Server{
 		Jobs: svc, Queue: q, Metrics: m, Registry: current.Load,
-		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, APIToken: cfg.APIToken,
+		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, PlaneAgentSecret: cfg.PlaneAgentSecret, APIToken: cfg.APIToken,
 		MaxBodyBytes: int64(cfg.MaxBodyBytes), Now: time.Now,
 		Webhooks: api.WebhookLimits{MaxConcurrent: cfg.MaxConcurrentWebhooks, BodyTimeout: cfg.BodyTimeout, SlotWait: cfg.SlotWait}, Throttle: limit,
 		PlaneNames: planenames.New(planenames.Config{

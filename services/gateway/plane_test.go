@@ -190,3 +190,77 @@ func TestPlaneItemKeepsIDWithoutAPI(t *testing.T) {
 		}
 	})
 }
+
+const planeAgentSecret = "plane_app_wh_0123456789abcdef0123456789"
+
+// postPlaneAgent sends body as a signed delivery of the Plane agent app.
+func (g *gw) postPlaneAgent(t *testing.T, body []byte) (int, answer) {
+	t.Helper()
+	h := map[string]string{
+		"Content-Type": "application/json", webhook.PlaneEventHeader: "agent_run_user_prompt",
+		webhook.PlaneSignature: webhook.Sign(planeAgentSecret, body), webhook.PlaneDelivery: fmt.Sprint(time.Now().UnixNano()),
+	}
+	code, out := g.do(t, http.MethodPost, "/webhooks/plane-agent", h, body)
+	var a answer
+	if err := json.Unmarshal(out, &a); err != nil {
+		t.Fatalf("answer %d is not JSON: %q", code, out)
+	}
+	return code, a
+}
+
+// agentPrompt is a person's prompt on agent run run, shaped as Plane's
+// developer documentation shows the agent_run_activity webhook.
+func agentPrompt(run, activity, actor, body, signal string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"action": "prompted", "type": "agent_run_activity",
+		"agent_run_activity": map[string]any{
+			"id": activity, "agent_run": run, "type": "prompt", "content": map[string]any{"type": "prompt", "body": body},
+			"ephemeral": false, "signal": signal, "actor": actor, "workspace": "d2d97c94-a6ad-4012-b526-5577c0d7c769",
+		},
+		"agent_run": map[string]any{
+			"id": run, "agent_user": mentionedMember, "issue": planeItem, "project": planeProject,
+			"workspace": "d2d97c94-a6ad-4012-b526-5577c0d7c769", "status": "in_progress",
+		},
+		"agent_user_id": mentionedMember, "app_client_id": "orch-app", "comment_id": "c0ffee00-1111-4222-8333-777788889999",
+		"issue_id": planeItem, "project_id": planeProject, "workspace_id": "d2d97c94-a6ad-4012-b526-5577c0d7c769",
+	})
+	return b
+}
+
+// A prompt on a Plane agent run (the mention that started it) queues
+// respond with the run's id in the job, for a trusted person only; the
+// run's stop cancels the job.
+func TestPlaneAgentRunQueuesAndStops(t *testing.T) {
+	t.Parallel()
+	const run, alice = "a9e0run0-0000-4000-8000-000000000001", "6bb20d1c-4960-41ca-af4f-cee01de160c4"
+	_, g := newGateway(t, func(e *env) {
+		e.writeRegistry(testkit.RegistryYAML("plane_project: "+planeProject, "plane_workspace: "+planeWS, "plane_agent_app: true",
+			"plane_agent_member: "+mentionedMember, "trusted_actors: [plane:"+alice+"]"))
+		e.tune = func(c *gateway.Config) { c.PlaneAgentSecret = planeAgentSecret }
+	})
+	if code, a := g.postPlaneAgent(t, agentPrompt(run, "act-0", "0e0e0e0e-0000-4000-8000-00000000bad1", "<p>do it</p>", "continue")); code != http.StatusOK || !strings.Contains(a.Ignored, "not trusted") {
+		t.Errorf("an untrusted prompt answered %d %+v, want ignored: not trusted", code, a)
+	}
+	code, a := g.postPlaneAgent(t, agentPrompt(run, "act-1", alice, "<p>please take this one</p>", "continue"))
+	if code != http.StatusAccepted || len(a.Jobs) != 1 || a.Jobs[0].Kind != "respond" || a.Jobs[0].Task != planeItem {
+		t.Fatalf("prompt answered %d %+v, want a respond job of the item", code, a)
+	}
+	id := a.Jobs[0].ID
+	_, out := g.read(t, "/jobs/"+id)
+	if !strings.Contains(string(out), `"plane_run":"`+run+`"`) || !strings.Contains(string(out), "please take this one") {
+		t.Errorf("job %s, want the run's id and the prompt's words", out)
+	}
+	code, a = g.postPlaneAgent(t, agentPrompt(run, "act-2", alice, "Stop", "stop"))
+	if code != http.StatusAccepted || a.Cancel == nil || a.Cancel.Task != planeItem {
+		t.Fatalf("stop answered %d %+v, want the task cancelled", code, a)
+	}
+	if state := g.jobState(t, id); state != "cancelled" {
+		t.Errorf("job %s after the stop, want cancelled", state)
+	}
+	// A delivery signed with the workspace webhook's secret is not the app's.
+	body := agentPrompt(run, "act-3", alice, "again", "continue")
+	h := map[string]string{"Content-Type": "application/json", webhook.PlaneSignature: webhook.Sign(planeSecret, body)}
+	if code, _ := g.do(t, http.MethodPost, "/webhooks/plane-agent", h, body); code != http.StatusUnauthorized {
+		t.Errorf("a delivery signed with ORCH_PLANE_SECRET answered %d, want 401", code)
+	}
+}

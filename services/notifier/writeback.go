@@ -40,6 +40,11 @@ type Writeback struct {
 	PlaneURL       string `env:"PLANE_URL"`
 	PlaneToken     string `env:"PLANE_TOKEN"`
 	PlaneTokenFile string `env:"PLANE_TOKEN_FILE"`
+	// PlaneAgentToken (or PlaneAgentTokenFile) is the bot token of the
+	// Plane agent app (Authorization: Bearer), which posts the activities
+	// of the agent runs of projects with plane_agent_app. Needs PlaneURL.
+	PlaneAgentToken     string `env:"PLANE_AGENT_TOKEN"`
+	PlaneAgentTokenFile string `env:"PLANE_AGENT_TOKEN_FILE"`
 	// QueuedAfter is how long a job may wait in the queue before its
 	// comment is created; 0 comments as soon as a job is queued.
 	QueuedAfter time.Duration `env:"WRITEBACK_QUEUED_AFTER" envDefault:"1m"`
@@ -66,6 +71,16 @@ func (w *Writeback) validate() error {
 		if (*t.url == "") != (*t.token == "") {
 			return fmt.Errorf("ORCH_%s_URL and ORCH_%s_TOKEN (or _FILE) go together", t.name, t.name)
 		}
+	}
+	if w.PlaneAgentTokenFile != "" {
+		data, err := os.ReadFile(w.PlaneAgentTokenFile)
+		if err != nil {
+			return fmt.Errorf("ORCH_PLANE_AGENT_TOKEN_FILE: %w", err)
+		}
+		w.PlaneAgentToken = strings.TrimSpace(string(data))
+	}
+	if w.PlaneAgentToken != "" && w.PlaneURL == "" {
+		return errors.New("ORCH_PLANE_AGENT_TOKEN (or _FILE) needs ORCH_PLANE_URL")
 	}
 	if w.QueuedAfter < 0 {
 		return errors.New("ORCH_WRITEBACK_QUEUED_AFTER must not be negative")
@@ -97,7 +112,7 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	hc := &http.Client{Timeout: writeback.TimeoutDefault}
 	cfg := writeback.Config{
 		Registry: current.get, PublicURL: n.cfg.PublicURL, QueuedAfter: c.QueuedAfter,
-		Scrubber: scrub.Scrubber{Secrets: []string{c.GiteaToken, c.PlaneToken, n.cfg.TelegramBotToken}},
+		Scrubber: scrub.Scrubber{Secrets: []string{c.GiteaToken, c.PlaneToken, c.PlaneAgentToken, n.cfg.TelegramBotToken}},
 		LogTail:  func(ctx context.Context, st *proto.Status) string { return n.logTail(ctx, log, st) },
 		Recorder: n.metrics,
 	}
@@ -106,6 +121,9 @@ func (n *Notifier) startWriteback(ctx context.Context, wg *sync.WaitGroup, js je
 	}
 	if c.PlaneURL != "" {
 		cfg.Plane = writeback.NewPlane(c.PlaneURL, c.PlaneToken, hc)
+	}
+	if c.PlaneAgentToken != "" {
+		cfg.PlaneRuns = writeback.NewPlaneRuns(c.PlaneURL, c.PlaneAgentToken, hc)
 	}
 	w, err := writeback.New(ctx, js, kv, n.cfg.Topology(), cfg, log.Named("writeback"))
 	if err != nil {

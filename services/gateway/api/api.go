@@ -53,6 +53,9 @@ type Server struct {
 	// PlaneNames finds a Plane work item's readable name (WID-41) for
 	// the task; nil names tasks by their items' ids.
 	PlaneNames *planenames.Resolver
+	// PlaneAgentSecret verifies the deliveries of a Plane agent app
+	// (POST /webhooks/plane-agent); empty refuses them all (401).
+	PlaneAgentSecret string
 }
 
 // Handler returns the JSON face's router. It answers paths it does not
@@ -63,6 +66,7 @@ func (s *Server) Handler() http.Handler {
 	// Open: the senders of webhooks and the probes, which hold no token.
 	r.HandleFunc("/webhooks/gitea", s.giteaWebhook).Methods(http.MethodPost)
 	r.HandleFunc("/webhooks/plane", s.planeWebhook).Methods(http.MethodPost)
+	r.HandleFunc("/webhooks/plane-agent", s.planeAgentWebhook).Methods(http.MethodPost)
 	r.HandleFunc("/healthz", service.Healthz).Methods(http.MethodGet)
 	r.Handle("/readyz", service.Readyz(s.Jobs.Ready, s.readyDetail)).Methods(http.MethodGet)
 	r.Handle("/metrics", s.Metrics.Handler()).Methods(http.MethodGet)

@@ -64,6 +64,21 @@ var (
 	}
 )
 
+// planeAgentSource is a Plane agent app's deliveries (its runs), signed
+// with the app's own webhook secret.
+var planeAgentSource = webhookSource{
+	name: "plane-agent", sigHeader: webhook.PlaneSignature,
+	eventHeader: webhook.PlaneEventHeader, delivery: webhook.PlaneDelivery,
+	decide: func(ctx context.Context, s *Server, _, delivery string, body []byte) (trigger.Decision, error) {
+		reg := s.Registry()
+		return trigger.PlaneAgent(reg, delivery, body, s.nowUTC(), s.PlaneNames.NameAgent(ctx, reg, body))
+	},
+}
+
+func (s *Server) planeAgentWebhook(w http.ResponseWriter, r *http.Request) {
+	s.webhook(w, r, planeAgentSource, s.PlaneAgentSecret)
+}
+
 func (s *Server) giteaWebhook(w http.ResponseWriter, r *http.Request) {
 	s.webhook(w, r, giteaSource, s.GiteaSecret)
 }

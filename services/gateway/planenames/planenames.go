@@ -124,6 +124,25 @@ func (r *Resolver) Name(ctx context.Context, reg *registry.Registry, eventHeader
 	default:
 		return ""
 	}
+	return r.name(ctx, reg, project, item, seq, ident)
+}
+
+// NameAgent is Name for a delivery of a Plane agent app (its runs name
+// the project and the work item by id).
+func (r *Resolver) NameAgent(ctx context.Context, reg *registry.Registry, body []byte) string {
+	if r == nil {
+		return ""
+	}
+	ev, err := webhook.ParsePlaneAgent(body)
+	if err != nil || ev.Item() == "" {
+		return ""
+	}
+	return r.name(ctx, reg, ev.Project(), ev.Item(), 0, "")
+}
+
+// name finds the name of item of Plane project project; seq and ident
+// are what the payload says of them (zero, empty: nothing).
+func (r *Resolver) name(ctx context.Context, reg *registry.Registry, project, item string, seq int, ident string) string {
 	p, ok := reg.ByPlaneProject(project)
 	if !ok {
 		return ""
@@ -155,7 +174,7 @@ func (r *Resolver) Name(ctx context.Context, reg *registry.Registry, eventHeader
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	defer cancel()
-	name, err = r.lookup(ctx, p, project, item, seq)
+	name, err := r.lookup(ctx, p, project, item, seq)
 	if err != nil {
 		r.fallback(p, "Plane's API did not answer with the item's identifier", err)
 		return ""

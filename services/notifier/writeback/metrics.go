@@ -16,6 +16,8 @@ const (
 	// set (and the pull request's head looked up for it, when that fails).
 	OpComment = "comment"
 	OpStatus  = "status"
+	// OpRun is an activity posted on a Plane agent run.
+	OpRun = "run"
 
 	// OutcomeOK: the tracker took it. OutcomeRetry: it failed in a way
 	// that may pass (5xx, 408, 429, network) and is tried again after a
@@ -32,7 +34,7 @@ const (
 // recorder that creates its series up front.
 var (
 	Trackers   = []string{TrackerGitea, TrackerPlane}
-	Operations = []string{OpComment, OpStatus}
+	Operations = []string{OpComment, OpStatus, OpRun}
 	Outcomes   = []string{OutcomeOK, OutcomeRetry, OutcomeGone, OutcomeRejected}
 )
 

@@ -42,6 +42,13 @@ type record struct {
 	Rev uint64 `json:"rev,omitempty"`
 	// Stopped says why write-back for the job ended for good (404).
 	Stopped string `json:"stopped,omitempty"`
+	// RunThought, RunFinal: the job's Plane agent run got its first
+	// thought, and its response or error. RunAction is the digest of the
+	// last tool call posted as an action, at RunActionAt.
+	RunThought  bool      `json:"run_thought,omitempty"`
+	RunFinal    bool      `json:"run_final,omitempty"`
+	RunAction   string    `json:"run_action,omitempty"`
+	RunActionAt time.Time `json:"run_action_at,omitzero"`
 }
 
 // errLeaseLost is returned when another notifier took the job over.

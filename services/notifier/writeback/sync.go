@@ -18,9 +18,12 @@ type targets struct {
 	repo                             string
 	pr                               int
 	workspace, project, item         string
+	// run says the job answers a Plane agent run, runID.
+	run   bool
+	runID string
 }
 
-func (t targets) any() bool      { return t.giteaComment || t.giteaStatus || t.plane }
+func (t targets) any() bool      { return t.giteaComment || t.giteaStatus || t.plane || t.run }
 func (t targets) comments() bool { return t.giteaComment || t.plane }
 
 // targetsOf says where job is written: the Gitea pull request of its task
@@ -32,6 +35,10 @@ func (w *Writer) targetsOf(p *registry.Project, job *proto.Job) targets {
 	t.giteaComment = gitea && p.WritesComment()
 	t.giteaStatus = gitea && p.WritesStatus()
 	t.plane = w.cfg.Plane != nil && p.PlaneProject != "" && p.PlaneWorkspace != "" && job.Task.PlaneItem != "" && p.WritesComment()
+	t.run, t.runID = w.cfg.PlaneRuns != nil && p.PlaneAgentApp && p.PlaneWorkspace != "" && job.Task.PlaneRun != "", job.Task.PlaneRun
+	if t.run {
+		t.plane = false // the run's response is the answer in its thread
+	}
 	return t
 }
 
@@ -57,7 +64,10 @@ func (w *Writer) sync(ctx context.Context, st *proto.Status, rev uint64, fails i
 		log.Warn("write-back: reading record", zap.Error(err))
 		return outcome{next: time.Now().Add(w.backoff(fails)), failed: true}
 	}
-	if rec.Stopped != "" || rec.Rev >= rev {
+	// A running job of an agent run is looked at again without a change
+	// of its record: its tool calls are in the log.
+	polling := t.run && !rec.RunFinal && (st.State == proto.StateRunning || st.State == proto.StateRetrying)
+	if rec.Stopped != "" || rec.Rev >= rev && !polling {
 		return outcome{}
 	}
 	now := time.Now()
@@ -98,6 +108,15 @@ func (w *Writer) sync(ctx context.Context, st *proto.Status, rev uint64, fails i
 	}
 	if t.plane && showComment {
 		steps = append(steps, func() error { return w.planeComment(ctx, h, t, view) })
+	}
+	if t.run {
+		steps = append(steps, func() error {
+			again, err := w.agentRun(ctx, h, t, st)
+			if !again.IsZero() && (next.IsZero() || again.Before(next)) {
+				next = again
+			}
+			return err
+		})
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

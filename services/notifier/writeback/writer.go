@@ -74,6 +74,13 @@ type Config struct {
 	// Gitea and Plane are the trackers' clients; nil for one not set up.
 	Gitea *Gitea
 	Plane *Plane
+	// PlaneRuns posts the activities of Plane agent runs (projects with
+	// plane_agent_app); nil for none. A job of a run gets no tracking
+	// comment: the run's response is its answer in the thread.
+	PlaneRuns *PlaneRuns
+	// ActionEvery is the least time between two action activities on one
+	// run; zero means ActionEveryDefault.
+	ActionEvery time.Duration
 	// Registry returns the current project registry.
 	Registry func() *registry.Registry
 	// PublicURL is the gateway's base URL: links go to /ui/jobs/{id}.
@@ -105,6 +112,7 @@ func (c *Config) setDefaults() {
 	c.RejectedDelay = cmp.Or(c.RejectedDelay, RejectedDelayDefault)
 	c.Lease = cmp.Or(c.Lease, LeaseDefault)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
+	c.ActionEvery = cmp.Or(c.ActionEvery, ActionEveryDefault)
 	if c.LogTail == nil {
 		c.LogTail = func(_ context.Context, st *proto.Status) string { return alert.LogTail(st.Log, LogTailLines) }
 	}

@@ -54,6 +54,12 @@ func setup(ctx context.Context, dir string, o options) (*bench, error) {
 	if b.registry, err = project.Setup(dir); err != nil {
 		return nil, err
 	}
+	// The fairness rows spread jobs over the bench project and these.
+	for _, key := range fairProjects[1:] {
+		if err := project.Add(b.registry, key, "acme/"+key, ""); err != nil {
+			return nil, err
+		}
+	}
 	b.records = filepath.Join(dir, "agent-starts.log")
 	// It exists before the runner starts: a sandbox binds it.
 	if err := os.WriteFile(b.records, nil, 0o644); err != nil {

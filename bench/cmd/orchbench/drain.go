@@ -19,9 +19,12 @@ import (
 
 // jobMsg is a valid job of the bench project for task, on its subject
 // with its dedupe id, and its queued status record.
-func jobMsg(id, task string) (*nats.Msg, []byte, error) {
+func jobMsg(id, task string) (*nats.Msg, []byte, error) { return projectJobMsg(project.Key, id, task) }
+
+// projectJobMsg is jobMsg for a job of project key.
+func projectJobMsg(key, id, task string) (*nats.Msg, []byte, error) {
 	job := proto.Job{
-		Schema: proto.SchemaVersion, ID: id, Kind: proto.KindReview, Project: project.Key,
+		Schema: proto.SchemaVersion, ID: id, Kind: proto.KindReview, Project: key,
 		Task:      proto.Task{ID: task, Title: "bench job " + id},
 		Source:    proto.Source{System: "api", Actor: "orchbench"},
 		CreatedAt: time.Now().UTC(),
@@ -173,6 +176,12 @@ func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, timeout
 
 // drain drains drainN new-task no-op jobs through the runner.
 func (b *bench) drain(ctx context.Context) (float64, error) {
+	return b.drainOver(ctx, "drain-", project.Key)
+}
+
+// drainOver is drain with the jobs (ids prefix<n>) spread over projects
+// in turn.
+func (b *bench) drainOver(ctx context.Context, prefix string, projects ...string) (float64, error) {
 	// Pause the runner's consumer while the jobs are published, so that
 	// the clock starts with a full queue, as the baseline's does.
 	if _, err := b.js.PauseConsumer(ctx, proto.StreamJobs, proto.ConsumerRunner, time.Now().Add(time.Hour)); err != nil {
@@ -180,7 +189,7 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	}
 	msgs := make([]*nats.Msg, b.o.drainN)
 	for i := range msgs {
-		m, _, err := jobMsg("drain-"+strconv.Itoa(i), "drain-"+strconv.Itoa(i))
+		m, _, err := projectJobMsg(projects[i%len(projects)], prefix+strconv.Itoa(i), prefix+strconv.Itoa(i))
 		if err != nil {
 			return 0, err
 		}
@@ -221,9 +230,9 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	}
 	var start time.Time
 	for i := range b.o.drainN {
-		t, ok := starts["drain-"+strconv.Itoa(i)]
+		t, ok := starts[prefix+strconv.Itoa(i)]
 		if !ok {
-			return 0, fmt.Errorf("job drain-%d done without an agent start", i)
+			return 0, fmt.Errorf("job %s%d done without an agent start", prefix, i)
 		}
 		if start.IsZero() || t.Before(start) {
 			start = t

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/proc"
+	"github.com/orch-dev/orch/bench/internal/project"
 	"github.com/orch-dev/orch/bench/internal/stats"
 )
 
@@ -89,6 +90,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		ratio(dispatch.P99(), rawPickup.P99()), false, 0)
 
 	if err := b.drainRows(ctx, t, log); err != nil {
+		return err
+	}
+	if err := b.fairnessRows(ctx, t, log); err != nil {
 		return err
 	}
 
@@ -200,6 +204,40 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 		fmt.Sprintf("worktree add+agent+ack %.0f/s", rawWork), drain/rawWork, true, 0.7)
 	t.ratio("drain vs raw pull+ack", fmt.Sprintf("%.0f/s", drain),
 		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0)
+	return nil
+}
+
+// fairProjects are the projects the fairness row spreads its jobs over:
+// the bench project first.
+var fairProjects = []string{project.Key, "gadgets", "gizmos", "doohickeys"}
+
+// fairnessOnly runs the fairness row alone (-only fairness), with only
+// the runner started.
+func (b *bench) fairnessOnly(ctx context.Context, t *table) error {
+	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	if err := b.startRunner(ctx); err != nil {
+		return err
+	}
+	return b.fairnessRows(ctx, t, log)
+}
+
+// fairnessRows drains drainN new-task no-op jobs of one project, then as
+// many spread over four: what fair share across projects (a slot per
+// project, the deferrals of jobs whose project holds more slots) costs.
+func (b *bench) fairnessRows(ctx context.Context, t *table, log func(string, ...any)) error {
+	log("fairness: drain %d jobs of one project, then of %d projects, at concurrency %d", b.o.drainN, len(fairProjects), b.o.concurrency)
+	one, err := b.drainOver(ctx, "fair1-", fairProjects[0])
+	if err != nil {
+		return err
+	}
+	prof := b.profile("runner", "fairness")
+	spread, err := b.drainOver(ctx, "fair4-", fairProjects...)
+	prof.stop()
+	if err != nil {
+		return err
+	}
+	t.ratio(fmt.Sprintf("drain over %d projects vs one, concurrency %d", len(fairProjects), b.o.concurrency), fmt.Sprintf("%.0f/s", spread),
+		fmt.Sprintf("one project %.0f/s", one), spread/one, true, 0.9)
 	return nil
 }
 

@@ -149,6 +149,12 @@ func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p
 		co.Notes = append(co.Notes, "The last attempt's uncommitted changes and untracked files were not saved ("+m.Omitted+"); its commits are here.")
 	}
 	if p.Resumes() && m.SessionID != "" && (res.Did && m.Session || own) {
+		// Claude Code refuses a session whose transcript it does not
+		// have: start a fresh one rather than run it twice.
+		if transcript := filepath.Join(taskstate.SessionDir(c.place.ClaudeDir, co.Dir), m.SessionID+".jsonl"); agent.IsClaude(r.commandOf(p)) && !exists(transcript) {
+			log.Info("task state: the session's transcript is not here: a fresh session", zap.String("session", m.SessionID))
+			return c
+		}
 		c.resume = m.SessionID
 		since := "Since then a new event came: see what triggered this job."
 		if attempt > 1 {
@@ -251,6 +257,11 @@ func (r *Runner) dropState(ctx context.Context, log *zap.Logger, job *proto.Job)
 func headOf(ctx context.Context, dir string) (string, error) {
 	out, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "HEAD").Output()
 	return strings.TrimSpace(string(out)), err
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func short(sha string) string {

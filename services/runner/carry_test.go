@@ -40,6 +40,7 @@ import (
 //     names);
 //   - big: commit, and leave a 64 KiB untracked big.bin;
 //   - forget: end the run having removed its session file;
+//   - refuse: leave a session file it will refuse to resume;
 //   - killed: on its first attempt, do the work of carried, say so in
 //     killed.ready, and wait to be killed.
 //
@@ -61,7 +62,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -n "$prev" ]; then
-  if [ ! -f "$dir/$prev.jsonl" ]; then
+  if [ ! -f "$dir/$prev.jsonl" ] || grep -q unreadable "$dir/$prev.jsonl"; then
     echo "No conversation found with session ID: $prev" >&2
     echo '{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,"session_id":"'$prev'","errors":["No conversation found with session ID: '$prev'"]}'
     exit 1
@@ -91,6 +92,9 @@ big/implement/*)
   ;;
 forget/implement/*)
   rm -f "$dir/$session.jsonl"
+  ;;
+refuse/implement/*)
+  echo '{"unreadable":true}' > "$dir/$session.jsonl"
   ;;
 esac
 case $ORCH_TASK/$ORCH_ATTEMPT in
@@ -358,9 +362,8 @@ func TestTaskStateSessionFresh(t *testing.T) {
 	}
 }
 
-// A resume the agent refuses (it has no such session) runs again, in the
-// same attempt, in a fresh session; the job is done.
-func TestTaskStateResumeRefused(t *testing.T) {
+// A session whose transcript is gone is not resumed: one fresh run.
+func TestTaskStateSessionGone(t *testing.T) {
 	e := newEnv(t, "")
 	agentCmd := e.carryAgent()
 	t.Setenv("HOME", filepath.Join(e.dir, "home-test"))
@@ -369,6 +372,27 @@ func TestTaskStateResumeRefused(t *testing.T) {
 	e.enqueue(first)
 	e.waitState(first.ID, proto.StateDone, 60*time.Second)
 	next := job("carry-forget-next", "forget", proto.KindFix)
+	e.enqueue(next)
+	st := e.waitState(next.ID, proto.StateDone, 60*time.Second)
+	if run := e.carryRun(next.ID, 1, 1); strings.Contains(run.args, "--resume") || st.Resumed != "" {
+		t.Errorf("a session without its transcript resumed: args\n%s", run.args)
+	}
+	if _, err := os.Stat(filepath.Join(e.runs, fmt.Sprintf("claude.%s.1.2.args", next.ID))); err == nil {
+		t.Error("the agent ran twice")
+	}
+}
+
+// A resume the agent refuses (it cannot load the session) runs again, in
+// the same attempt, in a fresh session; the job is done.
+func TestTaskStateResumeRefused(t *testing.T) {
+	e := newEnv(t, "")
+	agentCmd := e.carryAgent()
+	t.Setenv("HOME", filepath.Join(e.dir, "home-test"))
+	e.start(e.config("A", agentCmd))
+	first := job("carry-refuse", "refuse", proto.KindImplement)
+	e.enqueue(first)
+	e.waitState(first.ID, proto.StateDone, 60*time.Second)
+	next := job("carry-refuse-next", "refuse", proto.KindFix)
 	e.enqueue(next)
 	st := e.waitState(next.ID, proto.StateDone, 60*time.Second)
 	refused, fresh := e.carryRun(next.ID, 1, 1), e.carryRun(next.ID, 1, 2)

@@ -229,15 +229,17 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if err != nil {
 		return fail(err)
 	}
-	// The job's cap: the least of its max_cost_usd and what is left of
-	// the project's budget; spent is what its output showed spent.
-	capUSD := r.jobCap(ctx, job, p)
+	// Claude Code's own limit is the least of the job's max_cost_usd and
+	// what is left of the project's budget (budgetCap); the runner stops
+	// any agent past the job's max_cost_usd (capUSD). spent is what the
+	// agent's output showed spent, over the runs of this attempt.
+	capUSD, budgetCap := p.MaxCostUSD.For(string(job.Kind)), r.jobCap(ctx, job, p)
 	var spent float64
-	capLeft := func() float64 {
-		if capUSD <= 0 {
+	left := func(limit float64) float64 {
+		if limit <= 0 {
 			return 0
 		}
-		return max(capUSD-spent, 0.01)
+		return max(limit-spent, 0.01)
 	}
 	// start runs the agent once, resuming session ("" for a fresh one):
 	// a resume the agent refuses runs again (see runCarried).
@@ -245,7 +247,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		argv, agentEnv := r.agentCommand(p, job.Kind)
 		argv, agentEnv = withSession(argv, agentEnv, session)
 		if agent.IsClaude(argv) {
-			argv = agent.WithSpendLimits(argv, capLeft(), p.MaxTurns)
+			argv = agent.WithSpendLimits(argv, left(budgetCap), p.MaxTurns)
 		}
 		spec := agent.Spec{
 			Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
@@ -262,7 +264,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		}
 		defer stopConfine()
 		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()), zap.String("resume", session))
-		res, more, err := r.runAgent(ctx, log, job, attempt, spec, capLeft(), p.MaxTurns)
+		res, more, err := r.runAgent(ctx, log, job, attempt, spec, left(capUSD), p.MaxTurns)
 		spent += more
 		return res, argv, logPath, err
 	}
@@ -289,7 +291,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	case c == nil || res.Err == nil:
 	case c.Subtype == agent.ClaudeMaxBudgetSubtype:
 		// Claude Code stopped at its --max-budget-usd: the job's cap.
-		res.Err = fmt.Errorf("%w: Claude Code stopped at its budget of $%.2f (%v)", errOverBudget, capUSD, res.Err)
+		res.Err = fmt.Errorf("%w: Claude Code stopped at its budget of $%.2f (%v)", errOverBudget, budgetCap, res.Err)
 	case c.Subtype == agent.ClaudeMaxTurnsSubtype && p.MaxTurns > 0:
 		res.Err = fmt.Errorf("%w: Claude Code stopped at max_turns %d (%v)", errMaxTurns, p.MaxTurns, res.Err)
 	}

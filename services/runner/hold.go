@@ -114,8 +114,9 @@ func (r *Runner) left(ctx context.Context, p *registry.Project) (usd float64, ok
 	return usd, ok
 }
 
-// jobCap is the most attempt of job may spend: the least of the project's
-// max_cost_usd for the kind and what is left of its budget; 0 is no cap.
+// jobCap is the most an attempt of job may spend by Claude Code's own
+// --max-budget-usd: the least of the project's max_cost_usd for the kind
+// and what is left of its budget; 0 is no cap.
 func (r *Runner) jobCap(ctx context.Context, job *proto.Job, p *registry.Project) float64 {
 	c := p.MaxCostUSD.For(string(job.Kind))
 	if left, ok := r.left(ctx, p); ok && left > 0 && (c <= 0 || left < c) {

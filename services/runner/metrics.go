@@ -60,6 +60,13 @@ type metrics struct {
 	// spend is what the attempts this runner settled cost, by project
 	// (orch_spend_usd_total: summed over runners, the fleet's spend).
 	spend *prometheus.CounterVec
+	// held, pauses and remaining are the fleet's holds as this runner's
+	// releaser sees them (release.go): every runner serves the same
+	// figures.
+	held      *prometheus.GaugeVec
+	pauses    prometheus.Gauge
+	remaining *prometheus.GaugeVec
+	budget    *prometheus.GaugeVec
 
 	// nc is the NATS connection, once there is one; bound is true while
 	// the consumer delivers jobs to this runner.
@@ -87,7 +94,14 @@ func newMetrics() *metrics {
 		exits:        f.CounterVec("orch_runner_agent_exits_total", "Agent exits by exit status; code \"none\" when it was killed by a signal or did not start.", "code"),
 		egressDenied: f.CounterVec("orch_runner_egress_denied_total", "Connections of confined agents that their job's egress proxy refused (not in the allowlist), by project.", "project"),
 		spend:        f.CounterVec("orch_spend_usd_total", "Cost of the attempts this runner settled, counted into the project's budget (sum over runners for the fleet's spend), by project.", "project"),
+		held:         f.GaugeVec("orch_jobs_held", "Jobs held now, by reason: over_budget, usage_limit, operator (the fleet's figure; every runner serves it).", "reason"),
+		pauses:       f.Gauge("orch_pause_active", "Pauses in force now in KV pauses: credentials at their usage limit and projects paused by an operator (the fleet's figure)."),
+		remaining:    f.GaugeVec("orch_budget_remaining_usd", "What is left of a project's budget in the current window (day, month); negative when a window ended over it.", "project", "window"),
+		budget:       f.GaugeVec("orch_budget_usd", "A project's budget per window (day, month), from the registry: the base of orch_budget_remaining_usd.", "project", "window"),
 		sandbox:      f.GaugeVec("orch_runner_sandbox", "1 for how this runner confines its agents: mode bwrap (bubblewrap) or none (unconfined).", "mode"),
+	}
+	for _, reason := range proto.HoldReasons {
+		m.held.WithLabelValues(reason)
 	}
 	f.GaugeFunc("orch_runner_consumer_bound", "1 while this runner takes jobs from the runner consumer, else 0.", func() float64 {
 		if m.bound.Load() {

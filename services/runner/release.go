@@ -51,13 +51,40 @@ func (r *Runner) watchHeld(ctx context.Context, log *zap.Logger, poke <-chan str
 		return err
 	}
 	defer func() { _ = w.Stop() }()
+	wp, err := r.pauses.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = wp.Stop() }()
 	held := map[string]*proto.Status{}
+	pauses := map[string]*proto.Pause{}
 	tick := time.NewTicker(releaseInterval)
 	defer tick.Stop()
+	budgets := time.NewTicker(budgetGaugeInterval)
+	defer budgets.Stop()
+	r.gaugeBudgets(ctx)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-budgets.C:
+			r.gaugeBudgets(ctx)
+			continue
+		case e, ok := <-wp.Updates():
+			if !ok {
+				return errors.New("pauses watch ended")
+			}
+			if e == nil {
+				continue
+			}
+			if pz, err := proto.DecodePause(e.Value()); err == nil && e.Operation() == jetstream.KeyValuePut {
+				pauses[e.Key()] = pz
+				r.gaugePauses(pauses)
+				continue
+			}
+			// A pause lifted: its jobs may run now.
+			delete(pauses, e.Key())
+			r.gaugePauses(pauses)
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("watch ended")
@@ -79,7 +106,54 @@ func (r *Runner) watchHeld(ctx context.Context, log *zap.Logger, poke <-chan str
 		case <-poke:
 		case <-tick.C:
 		}
+		r.gaugePauses(pauses)
 		r.releaseEnded(ctx, log, held)
+		r.gaugeHeld(held)
+	}
+}
+
+// budgetGaugeInterval is how often orch_budget_remaining_usd is read
+// from the spend bucket.
+const budgetGaugeInterval = 15 * time.Second
+
+// gaugeHeld sets orch_jobs_held from the held records: every runner
+// serves the fleet's figure (take max across runners).
+func (r *Runner) gaugeHeld(held map[string]*proto.Status) {
+	n := map[string]int{}
+	for _, st := range held {
+		n[st.HeldReason]++
+	}
+	for _, reason := range proto.HoldReasons {
+		r.metrics.held.WithLabelValues(reason).Set(float64(n[reason]))
+	}
+}
+
+// gaugePauses sets orch_pause_active: the pauses in force now.
+func (r *Runner) gaugePauses(pauses map[string]*proto.Pause) {
+	n, now := 0, time.Now()
+	for _, pz := range pauses {
+		if pz.Active(now) {
+			n++
+		}
+	}
+	r.metrics.pauses.Set(float64(n))
+}
+
+// gaugeBudgets sets orch_budget_remaining_usd of every project with a
+// budget, per window.
+func (r *Runner) gaugeBudgets(ctx context.Context) {
+	now := time.Now()
+	for _, p := range r.projects.Load().reg.Projects() {
+		for _, w := range proto.Windows {
+			limit := p.Budget.Limit(w)
+			if limit <= 0 {
+				continue
+			}
+			r.metrics.budget.WithLabelValues(p.Key, w).Set(limit)
+			if spent, err := r.spent(ctx, p.Key, w, now); err == nil {
+				r.metrics.remaining.WithLabelValues(p.Key, w).Set(limit - spent)
+			}
+		}
 	}
 }
 

@@ -34,7 +34,7 @@ func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, m
 		}
 		prog, _ := pub.Progress()
 		if capUSD > 0 && prog.SpentUSD > capUSD {
-			stop(fmt.Errorf("%w: the agent spent $%.2f, past the job's cap of $%.2f (max_cost_usd, or what was left of the budget)",
+			stop(fmt.Errorf("%w: the agent spent $%.2f, past the job's cap of $%.2f (max_cost_usd)",
 				errOverBudget, prog.SpentUSD, capUSD))
 			return
 		}

@@ -27,7 +27,7 @@ func requireBwrap(t *testing.T) string {
 	return path
 }
 
-func run(t *testing.T, dir string, args ...string) {
+func run(t testing.TB, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
@@ -38,7 +38,7 @@ func run(t *testing.T, dir string, args ...string) {
 
 // worktree makes a bare clone with a worktree, as package workspace lays
 // them out, and returns the worktree.
-func worktree(t *testing.T, root string) string {
+func worktree(t testing.TB, root string) string {
 	t.Helper()
 	src := filepath.Join(root, "src")
 	run(t, root, "git", "init", "-q", "-b", "main", src)

@@ -17,8 +17,11 @@ type Notes struct {
 }
 
 // Line writes line, ending it with a newline, into the log of the run
-// the notes are attached to, if any.
+// the notes are attached to, if any. Nil notes drop it.
 func (n *Notes) Line(line string) {
+	if n == nil {
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.w == nil {

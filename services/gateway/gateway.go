@@ -69,6 +69,10 @@ type Config struct {
 	// client that failed logins are counted against. Empty: the client
 	// is the connection's address, whatever the headers say.
 	TrustedProxies []string `env:"TRUSTED_PROXIES" envSeparator:","`
+	// BudgetTZ is the budgets' calendar (an IANA zone), as the runners'
+	// ORCH_BUDGET_TZ: the dashboard shows each project's spend today and
+	// this month in it.
+	BudgetTZ string `env:"BUDGET_TZ" envDefault:"UTC"`
 	// MaxBodyBytes bounds a webhook body; larger ones get 413.
 	MaxBodyBytes service.ByteSize `env:"MAX_BODY_BYTES" envDefault:"5MiB"`
 	// MaxTaskBytes bounds a job as it is published: the text a person
@@ -200,7 +204,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}}, log.Named("queue"))
 	proxies, _ := throttle.ParseProxies(cfg.TrustedProxies) // checked by Validate
 	limit := throttle.New(throttle.Config{TrustedProxies: proxies, Log: log.Named("throttle"), Now: cfg.Now})
-	svc := jobs.New(jobs.Config{Queue: q, Index: ix, Registry: current.Load, Now: time.Now, Log: log.Named("jobs")})
+	budgetLoc, err := time.LoadLocation(cfg.BudgetTZ)
+	if err != nil {
+		return fmt.Errorf("ORCH_BUDGET_TZ: %w", err)
+	}
+	svc := jobs.New(jobs.Config{Queue: q, Index: ix, Registry: current.Load, Now: time.Now, BudgetLoc: budgetLoc, Log: log.Named("jobs")})
 	srv := &api.Server{
 		Jobs: svc, Queue: q, Metrics: m, Registry: current.Load,
 		GiteaSecret: cfg.GiteaSecret, PlaneSecret: cfg.PlaneSecret, PlaneAgentSecret: cfg.PlaneAgentSecret, APIToken: cfg.APIToken,

@@ -41,6 +41,9 @@ type Config struct {
 	Registry func() *registry.Registry
 	// Now is the clock of the jobs made here; nil means time.Now.
 	Now func() time.Time
+	// BudgetLoc is the budgets' calendar (ORCH_BUDGET_TZ), for the spend
+	// shown; nil means UTC.
+	BudgetLoc *time.Location
 	// Log is the service's logger, used for calls whose context carries
 	// none (see WithLog).
 	Log *zap.Logger

@@ -21,6 +21,10 @@ type queueData struct {
 	Spool    int
 	// Lines is each project's queued, running and held jobs and pause.
 	Lines    []jobs.ProjectFigures
+	// Spend is each budgeted project's spend today and this month;
+	// UsagePauses the credentials waiting for their usage limit's reset.
+	Spend       []jobs.ProjectSpend
+	UsagePauses []jobs.UsagePause
 	Filter   index.Filter
 	Projects []string
 	States   []proto.State
@@ -64,6 +68,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Stream, d.Consumer = b.Figures(r.Context())
 	d.Lines = b.ProjectFigures(r.Context())
+	d.Spend, d.UsagePauses = b.Spend(r.Context()), b.UsagePauses(r.Context())
 	if pageNo > 1 {
 		d.Prev = filterURL(f, pageNo-1)
 	}
@@ -97,9 +102,10 @@ func filterURL(f index.Filter, n int) string {
 // jobData is what the job page shows.
 type jobData struct {
 	St        *proto.Status
-	CanCancel bool
-	CanRetry  bool
-	Attempts  []attemptLog
+	CanCancel  bool
+	CanRetry   bool
+	CanRelease bool
+	Attempts   []attemptLog
 	// MaxAttempts is the record's, or the runners' for a queued job.
 	MaxAttempts int
 	// Partial says the answer is a live poll's: the logs section carries
@@ -121,7 +127,8 @@ func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := jobData{St: st, CanCancel: !st.State.Terminal(), CanRetry: st.DLQSeq != 0, Partial: r.Header.Get(HeaderLive) == "1"}
+	d := jobData{St: st, CanCancel: !st.State.Terminal(), CanRetry: st.DLQSeq != 0, CanRelease: st.State == proto.StateHeld,
+		Partial: r.Header.Get(HeaderLive) == "1"}
 	// A queued job's record has no attempt limit yet: the runners' is
 	// their consumer's.
 	if d.MaxAttempts = st.MaxAttempts; d.MaxAttempts == 0 {
@@ -174,15 +181,18 @@ func (h *Handler) confirmPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "confirm", page{Title: action + " job", Nav: "job", Data: confirmData{St: st, Action: action}})
 }
 
-// act cancels or retries, then shows the job: the cancelled one, or the
-// new job a retry made.
+// act cancels, retries or releases, then shows the job: the cancelled or
+// released one, or the new job a retry made.
 func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	id := mux.Vars(r)["id"]
 	var change *jobs.Change
 	var err error
-	if mux.Vars(r)["action"] == "cancel" {
+	switch mux.Vars(r)["action"] {
+	case "cancel":
 		change, err = h.cfg.Jobs.Cancel(r.Context(), id)
-	} else {
+	case "release":
+		change, err = h.cfg.Jobs.Release(r.Context(), id, "dashboard")
+	default:
 		change, err = h.cfg.Jobs.Retry(r.Context(), id)
 	}
 	if err != nil {

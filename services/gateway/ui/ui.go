@@ -70,6 +70,9 @@ type Jobs interface {
 	Pause(ctx context.Context, key, by, note string) (jobs.ProjectChange, error)
 	Resume(ctx context.Context, key string) (jobs.ProjectChange, error)
 	MaxAttempts(ctx context.Context) int
+	Release(ctx context.Context, id, by string) (*jobs.Change, error)
+	Spend(ctx context.Context) []jobs.ProjectSpend
+	UsagePauses(ctx context.Context) []jobs.UsagePause
 }
 
 var _ Jobs = (*jobs.Service)(nil)
@@ -121,8 +124,8 @@ func New(cfg Config) *Handler {
 	r.HandleFunc(Prefix+"dead-letters", h.get(h.deadLettersPage)).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"jobs/{id}", h.get(h.jobPage)).Methods(http.MethodGet)
 	r.HandleFunc(Prefix+"jobs/{id}/log", h.get(h.logText)).Methods(http.MethodGet)
-	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry}", h.get(h.confirmPage)).Methods(http.MethodGet)
-	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry}", h.post(h.act)).Methods(http.MethodPost)
+	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry|release}", h.get(h.confirmPage)).Methods(http.MethodGet)
+	r.HandleFunc(Prefix+"jobs/{id}/{action:cancel|retry|release}", h.post(h.act)).Methods(http.MethodPost)
 	r.HandleFunc(Prefix+"projects/{key}/{action:pause|resume}", h.post(h.projectAct)).Methods(http.MethodPost)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, http.StatusNotFound, "There is no such page.")

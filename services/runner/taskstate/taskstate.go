@@ -84,6 +84,9 @@ type Manifest struct {
 	// Bytes is the object's size, as read from the store (not written
 	// into the object itself).
 	Bytes int64 `json:"-"`
+	// Unchanged says Save put nothing: the state is what this store
+	// last saved of the task.
+	Unchanged bool `json:"-"`
 }
 
 // Place is where a task's state lives on this runner.
@@ -107,9 +110,11 @@ type Store struct {
 	// MaxBytes bounds a state: past it the uncommitted changes and
 	// untracked files are left out. Zero is no bound.
 	MaxBytes int64
-	// TempDir holds the state while it is built or read; "" is the
-	// system's.
+	// TempDir holds the state while it is built or read, and the last
+	// bundle of each task (memo.go); "" is the system's.
 	TempDir string
+
+	memo memo
 }
 
 // Save writes the state of the task at pl: the commits, the changes
@@ -138,9 +143,13 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 	}
 	fmt.Sscan(count, &m.Commits)
 	if m.Commits > 0 {
-		path := filepath.Join(tmp, entryCommits)
-		if _, err := git(ctx, wt, "bundle", "create", "--quiet", path, "HEAD", "--not", "--remotes", "--glob=refs/pull/*"); err != nil {
-			return m, fmt.Errorf("bundling unpushed commits: %w", err)
+		tip, err := tipOf(ctx, wt, m.Head)
+		if err != nil {
+			return m, fmt.Errorf("reading the remote refs: %w", err)
+		}
+		path, err := s.bundle(ctx, pl.key(), wt, tip)
+		if err != nil {
+			return m, err
 		}
 		files[entryCommits] = path
 	}
@@ -172,6 +181,16 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 		m.Changes, m.Untracked = len(changes) > 0, n
 	}
 
+	digest, err := digestOf(m, files)
+	if err != nil {
+		return m, err
+	}
+	if l := s.memo.get(pl.key()); l.digest == digest {
+		// Nothing changed since this store's last save of the task.
+		m.Unchanged = true
+		return m, nil
+	}
+
 	obj := filepath.Join(tmp, "state.tar")
 	if err := writeObject(obj, &m, files); err != nil {
 		return m, fmt.Errorf("writing the state: %w", err)
@@ -187,6 +206,9 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 	if _, err := s.Obj.Put(ctx, jetstream.ObjectMeta{Name: pl.key(), Description: "orch task state of " + pl.Project + "/" + pl.Task + " by " + s.Runner}, f); err != nil {
 		return m, fmt.Errorf("putting the state into %s: %w", proto.ObjectStoreTaskState, err)
 	}
+	l := s.memo.get(pl.key())
+	l.digest = digest
+	s.memo.set(pl.key(), l)
 	return m, nil
 }
 
@@ -272,6 +294,7 @@ func writeEntry(tw *tar.Writer, name string, r io.Reader, n int64) error {
 
 // Delete removes the task's state; a task without one is not an error.
 func (s *Store) Delete(ctx context.Context, project, task string) error {
+	s.memo.drop(proto.TaskStateKey(project, task))
 	err := s.Obj.Delete(ctx, proto.TaskStateKey(project, task))
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("deleting the task's state: %w", err)

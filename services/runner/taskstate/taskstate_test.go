@@ -145,3 +145,33 @@ func TestRestoreRefusesEscapes(t *testing.T) {
 		})
 	}
 }
+
+// A save of a task that did not change since this store's last save puts
+// nothing and bundles nothing again; a change is saved.
+func TestSaveUnchanged(t *testing.T) {
+	w := newWorld(t)
+	a := w.clone("a")
+	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
+	run(t, a.Worktree, "add", "work.txt")
+	run(t, a.Worktree, "commit", "-q", "-m", "unpushed")
+	ctx := context.Background()
+	s := w.store("A")
+	info := func() string {
+		i, err := s.Obj.GetInfo(ctx, proto.TaskStateKey("acme", "t1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i.NUID
+	}
+	if m, err := s.Save(ctx, a, ""); err != nil || m.Unchanged {
+		t.Fatalf("first save: %+v, %v", m, err)
+	}
+	first := info()
+	if m, err := s.Save(ctx, a, ""); err != nil || !m.Unchanged || info() != first {
+		t.Fatalf("second save: %+v, %v; want unchanged, the object as it was", m, err)
+	}
+	os.WriteFile(filepath.Join(a.Worktree, "scratch.txt"), []byte("new\n"), 0o644)
+	if m, err := s.Save(ctx, a, ""); err != nil || m.Unchanged || m.Untracked != 1 || info() == first {
+		t.Fatalf("save after a change: %+v, %v", m, err)
+	}
+}

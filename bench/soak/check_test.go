@@ -104,6 +104,7 @@ type report struct {
 	// status bucket once the system was quiet (-1: it never did).
 	calmRate, chaosRate float64
 	queueLag            time.Duration
+	queueLagLimit       time.Duration
 	// perProject is the most agents of each project at once.
 	perProject map[string]int
 	// superseded are the jobs a newer one of their task and kind
@@ -117,7 +118,11 @@ type report struct {
 	// run; waitMaxOutage the longest of the waits that overlapped an
 	// outage (a JetStream restart, a cluster member down or cut off).
 	waitMax, waitMaxOutage time.Duration
-	problems               []string
+	// stall is the longest time no agent started while some job waited
+	// for its first run, and stallOutage the longest such time that
+	// overlapped an outage: what an outage costs beside the backlog.
+	stall, stallOutage time.Duration
+	problems           []string
 }
 
 func (r *report) problem(format string, args ...any) {
@@ -126,10 +131,10 @@ func (r *report) problem(format string, args ...any) {
 
 // check reads the status bucket, the fake Telegram and the run records,
 // and holds them against what retries, kills and restarts explain.
-func (s *system) check(jobs []job, queue map[string]int) *report {
+func (s *system) check(jobs []job, queue map[string]int, queueLag time.Duration) *report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := &report{jobs: len(jobs), kills: s.kills, jsRestarts: len(s.jsDown), queue: queue}
+	r := &report{jobs: len(jobs), kills: s.kills, jsRestarts: len(s.jsDown), queue: queue, queueLag: queueLag, queueLagLimit: s.queueLagLimit()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	alerts, msgs := alerts(s.tg)
@@ -145,6 +150,8 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 	byProject := map[string][]event{}
 
 	outages := s.outages()
+	var starts []time.Time // of every agent run
+	var waits []window     // each job's, from its 202 to its first run
 	for _, j := range jobs {
 		known[j.id] = true
 		if j.refused > 0 {
@@ -196,8 +203,12 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 			continue
 		}
 		r.runs += len(runs)
+		for _, ru := range runs {
+			starts = append(starts, ru.start)
+		}
 		if len(runs) > 0 && !j.accepted.IsZero() {
 			w := window{j.accepted, runs[0].start}
+			waits = append(waits, w)
 			r.waitMax = max(r.waitMax, w.to.Sub(w.from))
 			if slices.ContainsFunc(outages, w.overlaps) {
 				r.waitMaxOutage = max(r.waitMaxOutage, w.to.Sub(w.from))
@@ -310,13 +321,17 @@ func (s *system) check(jobs []job, queue map[string]int) *report {
 			r.problem("%d agents of project %s ran at once, more than its max_concurrency %d", r.perProject[p.key], p.key, p.limit)
 		}
 	}
-	if r.queueLag > time.Second {
-		r.problem("GET /queue took %v to agree with the status bucket once quiet, more than a second", r.queueLag)
+	switch limit := s.queueLagLimit(); {
+	case r.queueLag < 0:
+		r.problem("GET /queue never agreed with the status bucket once quiet (waited %v)", limit)
+	case r.queueLag > limit:
+		r.problem("GET /queue took %v to agree with the status bucket once quiet, more than %v", r.queueLag, limit)
 	}
 	if r.queue != nil && (r.queue["done"] != r.done || r.queue["failed"] != r.failed) {
 		r.problem("GET /queue counts done=%d failed=%d, the status bucket holds done=%d failed=%d (the gateway's index is stale)",
 			r.queue["done"], r.queue["failed"], r.done, r.failed)
 	}
+	r.stall, r.stallOutage = stalls(starts, waits, outages)
 	r.spoolPeak = s.spoolPeak
 	switch {
 	case s.cluster != nil:
@@ -339,6 +354,43 @@ func (s *system) outages() []window {
 }
 
 func (w window) overlaps(o window) bool { return w.from.Before(o.to) && o.from.Before(w.to) }
+
+// stalls finds the longest time between two agent starts while a job
+// waited for its first run (from its 202, or the earlier start, to the
+// later start), overall and among those that overlapped an outage.
+func stalls(starts []time.Time, waits []window, outages []window) (longest, acrossOutage time.Duration) {
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(starts); i++ {
+		gap := window{starts[i-1], starts[i]}
+		if gap.to.Sub(gap.from) <= longest && gap.to.Sub(gap.from) <= acrossOutage {
+			continue // cannot beat either
+		}
+		// The earliest 202 of a job still waiting at the gap's end.
+		from := gap.to
+		for _, w := range waits {
+			if w.from.Before(from) && !w.to.Before(gap.to) {
+				from = w.from
+			}
+		}
+		if from.Equal(gap.to) {
+			continue // nobody waited
+		}
+		stall := window{latest(from, gap.from), gap.to}
+		d := stall.to.Sub(stall.from)
+		longest = max(longest, d)
+		if slices.ContainsFunc(outages, stall.overlaps) {
+			acrossOutage = max(acrossOutage, d)
+		}
+	}
+	return longest, acrossOutage
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
 
 // explainedRedelivery reports whether a kill of prev's runner or a
 // JetStream restart came between a successful run and the next one: the
@@ -363,7 +415,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "  jobs accepted          %d\n", r.jobs)
 	fmt.Fprintf(w, "  done / failed / other  %d / %d / %d   (failed: %d doomed, %d after kills ate their attempts; superseded %d)\n",
 		r.done, r.failed, r.other, r.doomedFailed, r.failed-r.doomedFailed, r.superseded)
-	fmt.Fprintf(w, "  GET /queue counts      %v (agreed with the bucket after %v, target <= 1s)\n", r.queue, r.queueLag.Round(time.Millisecond))
+	fmt.Fprintf(w, "  GET /queue counts      %v (agreed with the bucket after %v, target <= %v)\n", r.queue, r.queueLag.Round(time.Millisecond), r.queueLagLimit)
 	fmt.Fprintf(w, "  drain rate             %.1f jobs/s without chaos, %.1f jobs/s under it: %.2fx (target >= 0.5x)\n",
 		r.calmRate, r.chaosRate, r.chaosRate/r.calmRate)
 	fmt.Fprintf(w, "  telegram alerts        %d messages, %d naming soak jobs (want = failed)\n", r.alertMsgs, r.alerts)
@@ -371,7 +423,8 @@ func (r *report) print(w io.Writer) {
 		r.runs, r.plannedFailures, r.killedRuns, r.redeliveredAfterSuccess)
 	fmt.Fprintf(w, "  chaos                  %d runner SIGKILLs, %d JetStream restart(s)\n", r.kills, r.jsRestarts)
 	fmt.Fprintf(w, "  webhooks               %d answered otherwise than 202 first, %d spooled; spool peak %d\n", r.refused, r.spooled, r.spoolPeak)
-	fmt.Fprintf(w, "  wait for a slot        longest %v, longest across an outage %v\n", r.waitMax.Round(time.Millisecond), r.waitMaxOutage.Round(time.Millisecond))
+	fmt.Fprintf(w, "  wait for a slot        longest %v, longest across an outage %v; no agent started for %v while jobs waited (%v across an outage)\n",
+		r.waitMax.Round(time.Millisecond), r.waitMaxOutage.Round(time.Millisecond), r.stall.Round(time.Millisecond), r.stallOutage.Round(time.Millisecond))
 	fmt.Fprintf(w, "  max agents at once     %d (limit %d)\n", r.maxConcurrent, maxConcurrency)
 	for _, p := range soakProjects {
 		limit := "ORCH_MAX_CONCURRENCY"

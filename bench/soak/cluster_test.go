@@ -25,19 +25,29 @@ import (
 )
 
 // The cluster soak's chaos, beside the runner kills of make soak's.
-const (
-	// serverEvery is how often a server is SIGKILLed, and downFor how
-	// long it stays down: long enough for the leaders it held to move.
-	serverEvery = 20 * time.Second
-	downFor     = 5 * time.Second
+var (
+	// fullPace is make soak-cluster's: a server SIGKILLed every 20 s and
+	// down for 5 s (long enough for the leaders it held to move), one
+	// server cut off for 30 s, webhooks at 5 a second.
+	fullPace = pace{serverEvery: 20 * time.Second, downFor: 5 * time.Second, partitionFor: 30 * time.Second, rate: 5}
+	// shortPace is the short run's, in make test: the same chaos, faster.
+	shortPace = pace{serverEvery: 8 * time.Second, downFor: 3 * time.Second, partitionFor: 10 * time.Second, rate: 10}
+)
+
+// clusterShortN is the short run's number of jobs (no ORCH_SOAK_CLUSTER_N).
+const clusterShortN = 200
+
+// pace is how often the cluster soak's chaos strikes.
+type pace struct {
+	// serverEvery is how often a server is SIGKILLed, downFor how long
+	// it stays down.
+	serverEvery, downFor time.Duration
 	// partitionFor is how long one server is cut off from the other two,
 	// once, when half the chaos phase's webhooks are posted.
-	partitionFor = 30 * time.Second
-	// clusterRate is the default pace of the webhooks, per second.
-	clusterRate = 5
-	// clusterShortN is the run without ORCH_SOAK_N.
-	clusterShortN = 200
-)
+	partitionFor time.Duration
+	// rate is the webhooks' default pace, per second.
+	rate float64
+}
 
 // leaderTargets are the groups whose leader is killed on every other
 // round: the jobs, the runners' consumer of them, the status records and
@@ -59,6 +69,7 @@ func targetName(stream, consumer string) string {
 // clusterChaos is the cluster soak's servers and what was done to them.
 type clusterChaos struct {
 	c *natscluster.Cluster
+	pace
 
 	mu         sync.Mutex
 	kills      []serverKill
@@ -105,23 +116,31 @@ func (cc *clusterChaos) windows() []window {
 // of the task locks on every other round), and one server cut off from
 // the others for partitionFor. The webhooks come at ORCH_SOAK_RATE a
 // second (default 5).
+//
+// With ORCH_SOAK_CLUSTER_SHORT=1 instead it is a short run of
+// clusterShortN jobs at shortPace; with neither it is skipped.
 func TestSoakCluster(t *testing.T) {
-	n, ok := os.LookupEnv("ORCH_SOAK_CLUSTER_N")
-	if !ok {
-		t.Skip("make soak-cluster runs it (ORCH_SOAK_CLUSTER_N)")
+	total, p := clusterShortN, shortPace
+	if n, ok := os.LookupEnv("ORCH_SOAK_CLUSTER_N"); ok {
+		var err error
+		if total, err = strconv.Atoi(n); err != nil || total < 1 {
+			t.Fatalf("ORCH_SOAK_CLUSTER_N=%q: want a positive number", n)
+		}
+		p = fullPace
+	} else if os.Getenv("ORCH_SOAK_CLUSTER_SHORT") == "" {
+		// Out of make test: on a shared 2-core machine the short run
+		// takes two to six minutes, past make test's budget for it.
+		t.Skip("make soak-cluster runs it (ORCH_SOAK_CLUSTER_N); ORCH_SOAK_CLUSTER_SHORT=1 runs the short version")
 	}
-	total, err := strconv.Atoi(n)
-	if err != nil || total < 1 {
-		t.Fatalf("ORCH_SOAK_CLUSTER_N=%q: want a positive number", n)
-	}
-	rate := float64(clusterRate)
+	rate := p.rate
+	var err error
 	if v := os.Getenv("ORCH_SOAK_RATE"); v != "" {
 		if rate, err = strconv.ParseFloat(v, 64); err != nil || rate < 0 {
 			t.Fatalf("ORCH_SOAK_RATE=%q: want a number of webhooks a second, 0 for no pace", v)
 		}
 	}
 	calmN := max(total/10, 20)
-	sys := newClusterSystem(t)
+	sys := newClusterSystem(t, p)
 	sys.rate = rate
 	t.Logf("soak: %d jobs at %.1f/s (%d before the chaos) on a 3-server cluster, 2 runners, concurrency %d, %d attempts",
 		total, rate, calmN, maxConcurrency, maxAttempts)
@@ -179,11 +198,11 @@ func TestSoakCluster(t *testing.T) {
 	sys.stopAll()
 
 	jobs := append(calm, rest...)
-	rep := sys.check(jobs, queue)
+	rep := sys.check(jobs, queue, lag)
 	rep.elapsed = time.Since(sys.started)
-	rep.calmRate, rep.chaosRate, rep.queueLag = calmRate, chaosRate, lag
+	rep.calmRate, rep.chaosRate = calmRate, chaosRate
 	rep.print(os.Stdout)
-	sys.cluster.print(os.Stdout)
+	sys.cluster.print(os.Stdout, sys.dir)
 	for _, p := range rep.problems {
 		t.Error(p)
 	}
@@ -192,7 +211,7 @@ func TestSoakCluster(t *testing.T) {
 // newClusterSystem starts the cluster (nats-server built from the module,
 // logins from kit/natsauth's table) and the services on it, each with
 // ORCH_STREAM_REPLICAS=3, its own NATS user and all three URLs.
-func newClusterSystem(t *testing.T) *system {
+func newClusterSystem(t *testing.T, p pace) *system {
 	sys := prepare(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -215,7 +234,7 @@ func newClusterSystem(t *testing.T) *system {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	sys.cluster = &clusterChaos{c: c, replicas: map[string]int{}}
+	sys.cluster = &clusterChaos{c: c, pace: p, replicas: map[string]int{}}
 	sys.natsURL = c.URL()
 	sys.natsEnv = func(service string) []string {
 		return []string{"ORCH_NATS_USER=" + service, "ORCH_NATS_PASSWORD=" + passwords[service], "ORCH_STREAM_REPLICAS=3"}
@@ -260,7 +279,7 @@ func (cc *clusterChaos) run(ctx context.Context, sys *system, posted *atomic.Int
 	servers := cc.c.Servers()
 	round, turn := 0, 0
 	partitioned := false
-	next := time.Now().Add(serverEvery)
+	next := time.Now().Add(cc.serverEvery)
 	for {
 		select {
 		case <-ctx.Done():
@@ -274,13 +293,13 @@ func (cc *clusterChaos) run(ctx context.Context, sys *system, posted *atomic.Int
 			}
 			return
 		}
-		next = time.Now().Add(serverEvery)
+		next = time.Now().Add(cc.serverEvery)
 		if !partitioned && round >= 2 && posted.Load() >= from+(n-from)/2 {
 			partitioned = true
 			victim := servers[turn%len(servers)]
 			turn++
 			cc.partition(ctx, sys, victim)
-			next = time.Now().Add(serverEvery)
+			next = time.Now().Add(cc.serverEvery)
 			continue
 		}
 		victim := servers[turn%len(servers)]
@@ -317,7 +336,7 @@ func (cc *clusterChaos) kill(ctx context.Context, sys *system, s *natscluster.Se
 	sys.t.Logf("soak: %v: SIGKILLed %s (%s)", k.from.Sub(sys.started).Round(time.Millisecond), s.Name, what)
 	select {
 	case <-ctx.Done():
-	case <-time.After(downFor):
+	case <-time.After(cc.downFor):
 	}
 	if err := cc.c.Restart(s); err != nil {
 		sys.t.Errorf("restarting %s: %v", s.Name, err)
@@ -349,7 +368,7 @@ func (cc *clusterChaos) partition(ctx context.Context, sys *system, s *natsclust
 	sys.t.Logf("soak: %v: cut %s off from the cluster", k.from.Sub(sys.started).Round(time.Millisecond), s.Name)
 	select {
 	case <-ctx.Done():
-	case <-time.After(partitionFor):
+	case <-time.After(cc.partitionFor):
 	}
 	cc.c.Partition(s, false)
 	up := time.Now()
@@ -428,7 +447,17 @@ func violations(logPath string) int {
 	return bytes.Count(bytes.ToLower(data), []byte("permissions violation"))
 }
 
-func (cc *clusterChaos) print(w io.Writer) {
+// countLines counts the lines of the runners' logs that hold what.
+func countLines(dir, what string) int {
+	n := 0
+	for _, name := range []string{"r1", "r2"} {
+		data, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+		n += bytes.Count(data, []byte(what))
+	}
+	return n
+}
+
+func (cc *clusterChaos) print(w io.Writer, dir string) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	leaders := map[string]int{}
@@ -441,11 +470,13 @@ func (cc *clusterChaos) print(w io.Writer) {
 		caughtUp += k.to.Sub(k.up)
 	}
 	fmt.Fprintf(w, "  cluster                %d server SIGKILLs (%d down for %v each), leaders killed: %v\n",
-		len(cc.kills), len(cc.kills), downFor, leaders)
+		len(cc.kills), len(cc.kills), cc.downFor, leaders)
 	if len(cc.kills) > 0 {
 		fmt.Fprintf(w, "                         a restarted server current again after %v on average, %v at most\n",
 			(caughtUp / time.Duration(len(cc.kills))).Round(time.Millisecond), longest.Round(time.Millisecond))
 	}
+	fmt.Fprintf(w, "  runners                %d leases lost (no confirmed heartbeat within 2/3 of ORCH_ACK_WAIT=%v), %d stale task locks taken over\n",
+		countLines(dir, `"msg":"lease lost: stopping the job"`), ackWait, countLines(dir, `"msg":"took over a stale task lock"`))
 	for _, p := range cc.partitions {
 		fmt.Fprintf(w, "  partition              %s cut off for %v, current %v after it was healed\n",
 			p.server, p.up.Sub(p.from).Round(time.Second), p.to.Sub(p.up).Round(time.Millisecond))

@@ -186,9 +186,9 @@ func TestSoak(t *testing.T) {
 	sys.stopAll()
 
 	jobs := append(calm, rest...)
-	rep := sys.check(jobs, queue)
+	rep := sys.check(jobs, queue, lag)
 	rep.elapsed = time.Since(sys.started)
-	rep.calmRate, rep.chaosRate, rep.queueLag = calmRate, chaosRate, lag
+	rep.calmRate, rep.chaosRate = calmRate, chaosRate
 	rep.print(os.Stdout)
 	for _, p := range rep.problems {
 		t.Error(p)

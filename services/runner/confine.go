@@ -171,7 +171,11 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		if err != nil {
 			return nil, err
 		}
+		// The proxy's meter, for the spend watch and a usage limit's 429
+		// (meters.go).
+		r.meters.Store(job.ID, proxy)
 		stop = func() {
+			r.meters.Delete(job.ID)
 			u := proxy.Usage()
 			if err := proxy.Close(); err != nil {
 				log.Warn("closing the egress proxy", zap.Error(err))

@@ -234,7 +234,12 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	// any agent past the job's max_cost_usd (capUSD). spent is what the
 	// agent's output showed spent, over the runs of this attempt.
 	capUSD, budgetCap := p.MaxCostUSD.For(string(job.Kind)), r.jobCap(ctx, job, p)
-	var spent float64
+	var (
+		spent float64
+		// proxyLimit is the reset of a usage limit the egress proxy saw
+		// (a 429 with a long retry-after).
+		proxyLimit time.Time
+	)
 	left := func(limit float64) float64 {
 		if limit <= 0 {
 			return 0
@@ -266,6 +271,9 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()), zap.String("resume", session))
 		res, more, err := r.runAgent(ctx, log, job, attempt, spec, left(capUSD), p.MaxTurns)
 		spent += more
+		if u, ok := r.metered(job.ID); ok {
+			proxyLimit = meteredLimit(u)
+		}
 		return res, argv, logPath, err
 	}
 	res, argv, err := r.runCarried(ctx, log, job, &cs, start)
@@ -296,6 +304,9 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		res.Err = fmt.Errorf("%w: Claude Code stopped at max_turns %d (%v)", errMaxTurns, p.MaxTurns, res.Err)
 	}
 	limited := r.usageLimit(log, res, logPath)
+	if _, stopped := stopEnding(res.Err); limited == nil && !proxyLimit.IsZero() && res.Err != nil && !stopped {
+		limited = &proxyLimit
+	}
 	r.dropLocalLog(log, logPath)
 	out := ended(res, c)
 	out.spent = spent

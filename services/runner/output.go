@@ -54,7 +54,7 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		watchSpend(progCtx, pub, capUSD, maxTurns, overBudget)
+		watchSpend(progCtx, pub, func() float64 { return r.meteredSpend(job.ID) }, capUSD, maxTurns, overBudget)
 	}()
 
 	// agent.Run says whether the agent ended before ctx did: a stopped
@@ -80,7 +80,7 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 		log.Debug("agent output published", fields...)
 	}
 	prog, _ := pub.Progress()
-	return res, prog.SpentUSD, nil
+	return res, max(prog.SpentUSD, r.meteredSpend(job.ID)), nil
 }
 
 // recordProgress writes the publisher's progress into the job's record

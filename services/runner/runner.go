@@ -83,6 +83,9 @@ type Runner struct {
 	// pokeRelease makes the releaser (release.go) look at held jobs at
 	// once: a registry reload may have raised a budget.
 	pokeRelease chan struct{}
+	// meters holds, by job id, the egress proxy of each confined agent
+	// while it runs (meters.go).
+	meters sync.Map
 	// jobsStream is JOBS, whose count per subject says what waits; locks
 	// holds the projects' slots besides the task locks (fairness.go).
 	jobsStream jetstream.Stream

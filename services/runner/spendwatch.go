@@ -16,11 +16,11 @@ const spendWatchInterval = 100 * time.Millisecond
 
 // watchSpend stops the agent with errOverBudget, through stop, once the
 // output pub follows shows it spent more than capUSD (0: no cap): its
-// assistant messages' usage priced by the price table, or the cost it
-// reported; and with errMaxTurns once it shows more turns than maxTurns
+// assistant messages' usage priced by the price table, the cost it
+// reported, or its egress proxy's meter (metered); and with errMaxTurns once it shows more turns than maxTurns
 // (0: no limit), the turns orch counts (assistant messages). It returns
 // when ctx ends or it stopped the agent.
-func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, maxTurns int, stop context.CancelCauseFunc) {
+func watchSpend(ctx context.Context, pub *logstream.Publisher, metered func() float64, capUSD float64, maxTurns int, stop context.CancelCauseFunc) {
 	if capUSD <= 0 && maxTurns <= 0 {
 		return
 	}
@@ -33,9 +33,9 @@ func watchSpend(ctx context.Context, pub *logstream.Publisher, capUSD float64, m
 		case <-t.C:
 		}
 		prog, _ := pub.Progress()
-		if capUSD > 0 && prog.SpentUSD > capUSD {
+		if spent := max(prog.SpentUSD, metered()); capUSD > 0 && spent > capUSD {
 			stop(fmt.Errorf("%w: the agent spent $%.2f, past the job's cap of $%.2f (max_cost_usd)",
-				errOverBudget, prog.SpentUSD, capUSD))
+				errOverBudget, spent, capUSD))
 			return
 		}
 		if maxTurns > 0 && prog.Turns > maxTurns {

@@ -72,6 +72,10 @@ type Config struct {
 	// BudgetTZ is the time zone of the budgets' calendar days and months
 	// (an IANA name such as Europe/Berlin).
 	BudgetTZ string `env:"BUDGET_TZ" envDefault:"UTC"`
+	// ModelPricesFile is a JSON price table (prices.go) laid over the
+	// built-in one that spend is metered by: a model orch does not know
+	// yet, or a price that changed. Empty: the built-in table.
+	ModelPricesFile string `env:"MODEL_PRICES_FILE"`
 
 	// AgentSandbox confines every agent (package sandbox): auto uses
 	// bubblewrap when it works on this host, found by trying it at start,

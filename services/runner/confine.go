@@ -229,6 +229,7 @@ func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Projec
 		Project: job.Project, Allow: allow, GitHosts: gitHosts, ModelUpstream: upstream,
 		APIKey: os.Getenv("ANTHROPIC_API_KEY"), OAuthToken: os.Getenv("CLAUDE_CODE_OAUTH_TOKEN"),
 		GitCredentials: r.cfg.GitCredentialsFile,
+		Prices:         r.prices,
 		LogAllowed:     log.Core().Enabled(zap.DebugLevel),
 		JobLog:         notes.Line,
 		OnDenied:       func(string) { r.metrics.egressDenied.WithLabelValues(project).Inc() },

@@ -37,7 +37,7 @@ func (r *Runner) runAgent(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	_ = os.Remove(spec.LogPath)
 	pub, err := logstream.Start(logstream.Config{
 		JS: r.js, Log: log, JobID: job.ID, Attempt: attempt, Path: spec.LogPath,
-		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer), Price: price,
+		MaxPayload: r.nc.MaxPayload(), BufferBytes: int(r.cfg.LogBuffer), Price: r.price,
 	})
 	if err != nil {
 		return agent.Result{}, 0, err

@@ -48,6 +48,7 @@ import (
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/egress"
 	"github.com/orch-dev/orch/services/runner/taskstate"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
@@ -84,8 +85,10 @@ type Runner struct {
 	// once: a registry reload may have raised a budget.
 	pokeRelease chan struct{}
 	// meters holds, by job id, the egress proxy of each confined agent
-	// while it runs (meters.go).
+	// while it runs (meters.go); prices is the table spend is metered by
+	// (prices.go).
 	meters sync.Map
+	prices map[string]egress.Price
 	// jobsStream is JOBS, whose count per subject says what waits; locks
 	// holds the projects' slots besides the task locks (fairness.go).
 	jobsStream jetstream.Stream
@@ -155,11 +158,15 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("ORCH_BUDGET_TZ: %w", err)
 	}
+	prices, err := loadPrices(cfg.ModelPricesFile)
+	if err != nil {
+		return err
+	}
 	argv, _ := agent.SplitArgs(cfg.AgentCommand)
 	r := &Runner{
 		cfg: cfg, log: log, nc: nc, js: js, jobsKV: kv, locks: locks, status: status.New(kv),
 		ws: ws, argv: argv, metrics: m, conf: conf,
-		pauses: pauses, spendKV: spend, loc: loc, credID: credentialID(), pokeRelease: make(chan struct{}, 1),
+		pauses: pauses, spendKV: spend, loc: loc, credID: credentialID(), pokeRelease: make(chan struct{}, 1), prices: prices,
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
 	}
 	r.projects.Store(projs)

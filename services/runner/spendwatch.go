@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/orch-dev/orch/services/runner/egress"
 	"github.com/orch-dev/orch/services/runner/logstream"
 )
 
@@ -43,11 +42,4 @@ func watchSpend(ctx context.Context, pub *logstream.Publisher, metered func() fl
 			return
 		}
 	}
-}
-
-// price prices one assistant message's usage by egress.DefaultPrices;
-// a model the table does not name costs nothing here.
-func price(model string, u logstream.Usage) float64 {
-	c, _ := egress.Cost(nil, model, u.InputTokens, u.CacheCreationInputTokens, u.CacheReadInputTokens, u.OutputTokens)
-	return c
 }

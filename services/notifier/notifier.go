@@ -271,14 +271,34 @@ func (n *Notifier) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 		// Confirmed, so a lost ack shows in the log; a lost ack only
 		// brings the advisory back to be found done.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := msg.DoubleAck(actx); err != nil {
+		if err := ackConfirmed(ctx, msg, n.ackWait/2); err != nil {
 			log.Warn("acking advisory (it will come back and be found done)", zap.Error(err))
 		}
-		cancel()
 		n.metrics.advisories.WithLabelValues(res.outcome).Inc()
 	}
 }
+
+// ackConfirmed acks msg and waits for JetStream's confirmation, trying
+// again for up to budget. An ack sent while the consumer's leader is lost
+// (a cluster member down, a new leader not yet elected) is never answered,
+// and an advisory left unacked holds back every later one (MaxAckPending
+// 1) until ackWait brings it back: 30 s without alerts for every such
+// election (make soak-cluster). Acking again is harmless. A shutdown
+// (ctx ending) stops the retries, not a try.
+func ackConfirmed(ctx context.Context, msg jetstream.Msg, budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	for {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(5*time.Second, time.Until(deadline)))
+		err := msg.DoubleAck(actx)
+		cancel()
+		if err == nil || time.Until(deadline) < ackRetryPause || !backoff.Sleep(ctx, ackRetryPause) {
+			return err
+		}
+	}
+}
+
+// ackRetryPause is the pause between two tries of an ack.
+const ackRetryPause = 250 * time.Millisecond
 
 // backoff is the wait before the next try of msg: RetryDelay doubled for
 // every earlier delivery, capped at RetryMaxDelay.

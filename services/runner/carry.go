@@ -45,7 +45,7 @@ type stateMetrics struct {
 func newStateMetrics(reg *prometheus.Registry) *stateMetrics {
 	m := &stateMetrics{
 		saves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orch_runner_task_state_saves_total",
-			Help: "Task states saved into the object store task_state, by when (periodic, while the agent runs; end, of an attempt) and result (ok; unchanged, nothing put as nothing changed since the last save; failed)."}, []string{"when", "result"}),
+			Help: "Task states saved into the object store task_state, by when (periodic, while the agent runs; end, of an attempt) and result (ok; unchanged, nothing put as nothing changed since the last save; empty, nothing to carry, so no state kept; failed)."}, []string{"when", "result"}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orch_runner_task_state_restores_total",
 			Help: "Task states read before an attempt, by result: restored (written into the worktree), current (the worktree already had it), kept (the worktree has work of its own), unreadable (corrupt or missing objects: the job ran from the remote head), failed (the store did not answer)."}, []string{"result"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orch_runner_task_state_bytes_total",
@@ -55,7 +55,7 @@ func newStateMetrics(reg *prometheus.Registry) *stateMetrics {
 	}
 	reg.MustRegister(m.saves, m.restores, m.bytes, m.resumes)
 	for _, when := range []string{"periodic", "end"} {
-		for _, res := range []string{"ok", "unchanged", "failed"} {
+		for _, res := range []string{"ok", "unchanged", "empty", "failed"} {
 			m.saves.WithLabelValues(when, res)
 		}
 	}
@@ -231,6 +231,11 @@ func (r *Runner) saveState(ctx context.Context, log *zap.Logger, c *carried, ses
 	if err != nil {
 		r.stateMetrics.saves.WithLabelValues(when, "failed").Inc()
 		log.Warn("task state: saving failed", zap.String("when", when), zap.Error(err))
+		return
+	}
+	if m.Empty {
+		r.stateMetrics.saves.WithLabelValues(when, "empty").Inc()
+		log.Debug("task state: nothing to carry, no state kept", zap.String("when", when))
 		return
 	}
 	if m.Unchanged {

@@ -87,6 +87,8 @@ type Manifest struct {
 	// Unchanged says Save put nothing: the state is what this store
 	// last saved of the task.
 	Unchanged bool `json:"-"`
+	// Empty says there was nothing to carry: no object is kept.
+	Empty bool `json:"-"`
 }
 
 // Place is where a task's state lives on this runner.
@@ -185,9 +187,24 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 	if err != nil {
 		return m, err
 	}
+	if len(files) == 0 {
+		// Nothing to carry (no commits of its own, no changes, no
+		// session): no object, and none of an earlier state either.
+		digest = "none"
+	}
 	if l := s.memo.get(pl.key()); l.digest == digest {
 		// Nothing changed since this store's last save of the task.
 		m.Unchanged = true
+		return m, nil
+	}
+	if len(files) == 0 {
+		if err := s.Obj.Delete(ctx, pl.key()); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return m, fmt.Errorf("deleting the task's earlier state: %w", err)
+		}
+		l := s.memo.get(pl.key())
+		l.digest = digest
+		s.memo.set(pl.key(), l)
+		m.Empty = true
 		return m, nil
 	}
 

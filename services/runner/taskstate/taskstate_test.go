@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/taskstate"
@@ -173,5 +175,29 @@ func TestSaveUnchanged(t *testing.T) {
 	os.WriteFile(filepath.Join(a.Worktree, "scratch.txt"), []byte("new\n"), 0o644)
 	if m, err := s.Save(ctx, a, ""); err != nil || m.Unchanged || m.Untracked != 1 || info() == first {
 		t.Fatalf("save after a change: %+v, %v", m, err)
+	}
+}
+
+// A worktree with nothing to carry keeps no state, and removes an
+// earlier one: it would bring back work that is on the remote now.
+func TestSaveNothingKeepsNoState(t *testing.T) {
+	w := newWorld(t)
+	a := w.clone("a")
+	ctx := context.Background()
+	s := w.store("A")
+	gone := func() bool {
+		_, err := s.Obj.GetInfo(ctx, proto.TaskStateKey("acme", "t1"))
+		return errors.Is(err, jetstream.ErrObjectNotFound)
+	}
+	if m, err := s.Save(ctx, a, ""); err != nil || !m.Empty || !gone() {
+		t.Fatalf("save of a clean worktree: %+v, %v", m, err)
+	}
+	os.WriteFile(filepath.Join(a.Worktree, "scratch.txt"), []byte("new\n"), 0o644)
+	if m, err := s.Save(ctx, a, ""); err != nil || m.Empty || gone() {
+		t.Fatalf("save of a change: %+v, %v", m, err)
+	}
+	os.Remove(filepath.Join(a.Worktree, "scratch.txt"))
+	if m, err := s.Save(ctx, a, ""); err != nil || !m.Empty || !gone() {
+		t.Fatalf("save once the change is gone: %+v, %v; want the state deleted", m, err)
 	}
 }

@@ -83,25 +83,21 @@ func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
 	}
 	res := Restored{Manifest: m}
 	wt := pl.Worktree
-	head, err := git(ctx, wt, "rev-parse", "--verify", "HEAD")
+	st, err := readStatus(ctx, wt)
 	if err != nil {
-		return res, fmt.Errorf("reading the worktree's head: %w", err)
+		return res, err
 	}
-	dirty, err := git(ctx, wt, "status", "--porcelain")
-	if err != nil {
-		return res, fmt.Errorf("reading the worktree's status: %w", err)
-	}
+	head, branch := st.head, st.branch
 	// This runner's own worktree, at the saved head or holding its own
 	// changes kept since: the state is what it has, or older.
-	if m.Runner == s.Runner && (head == m.Head || dirty != "") {
+	if m.Runner == s.Runner && (head == m.Head || st.dirty()) {
 		res.Skipped = "this runner's worktree is the saved one"
 		return res, nil
 	}
-	if dirty != "" {
+	if st.dirty() {
 		res.Skipped = "the worktree has uncommitted changes of its own"
 		return res, nil
 	}
-	branch, _ := git(ctx, wt, "symbolic-ref", "--short", "-q", "HEAD")
 	if m.Branch != "" && branch != m.Branch {
 		res.Skipped = fmt.Sprintf("the state was saved on branch %s, the worktree is on %s", m.Branch, branch)
 		return res, nil

@@ -131,10 +131,11 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 	}
 	defer os.RemoveAll(tmp)
 	wt := pl.Worktree
-	if m.Head, err = git(ctx, wt, "rev-parse", "--verify", "HEAD"); err != nil {
-		return m, fmt.Errorf("reading the worktree's head: %w", err)
+	st, err := readStatus(ctx, wt)
+	if err != nil {
+		return m, err
 	}
-	m.Branch, _ = git(ctx, wt, "symbolic-ref", "--short", "-q", "HEAD")
+	m.Head, m.Branch = st.head, st.branch
 	files := map[string]string{}
 
 	// The commits no remote has: fetched pull request heads count as
@@ -170,7 +171,7 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 		m.Session = true
 	}
 
-	changes, untracked, n, err := s.changes(ctx, wt, tmp)
+	changes, untracked, n, err := s.changes(ctx, wt, tmp, st)
 	if err != nil {
 		return m, err
 	}
@@ -230,34 +231,27 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 }
 
 // changes writes the worktree's uncommitted changes of tracked files and
-// its untracked files (those git does not ignore) into tmp.
-func (s *Store) changes(ctx context.Context, wt, tmp string) (diff, untracked map[string]string, n int, err error) {
+// its untracked files (those git does not ignore), as st found them, into
+// tmp.
+func (s *Store) changes(ctx context.Context, wt, tmp string, st wtStatus) (diff, untracked map[string]string, n int, err error) {
 	diff, untracked = map[string]string{}, map[string]string{}
-	path := filepath.Join(tmp, entryChanges)
-	if err := gitTo(ctx, wt, path, "diff", "--binary", "--no-color", "--no-ext-diff", "HEAD"); err != nil {
-		return nil, nil, 0, fmt.Errorf("diffing uncommitted changes: %w", err)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
-		diff[entryChanges] = path
-	}
-	list, err := git(ctx, wt, "ls-files", "-z", "--others", "--exclude-standard")
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("listing untracked files: %w", err)
-	}
-	var names []string
-	for _, name := range strings.Split(list, "\x00") {
-		if name != "" {
-			names = append(names, name)
+	if st.tracked {
+		path := filepath.Join(tmp, entryChanges)
+		if err := gitTo(ctx, wt, path, "diff", "--binary", "--no-color", "--no-ext-diff", "HEAD"); err != nil {
+			return nil, nil, 0, fmt.Errorf("diffing uncommitted changes: %w", err)
+		}
+		if fi, err := os.Stat(path); err == nil && fi.Size() > 0 {
+			diff[entryChanges] = path
 		}
 	}
-	if len(names) > 0 {
+	if len(st.untracked) > 0 {
 		path := filepath.Join(tmp, entryUntracked)
-		if err := tarFiles(path, wt, names); err != nil {
+		if err := tarFiles(path, wt, st.untracked); err != nil {
 			return nil, nil, 0, fmt.Errorf("archiving untracked files: %w", err)
 		}
 		untracked[entryUntracked] = path
 	}
-	return diff, untracked, len(names), nil
+	return diff, untracked, len(st.untracked), nil
 }
 
 // writeObject writes the object's tar: the manifest, then the files.

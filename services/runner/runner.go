@@ -175,6 +175,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		obj, err := js.ObjectStore(ctx, proto.ObjectStoreTaskState)
 		if err == nil {
 			r.state = &taskstate.Store{Obj: obj, Runner: cfg.Name, MaxBytes: int64(cfg.TaskStateMaxBytes), TempDir: ws.Root}
+			if err := r.state.Clean(); err != nil {
+				log.Warn("task state: removing what a crash left in the workspace", zap.Error(err))
+			}
 		}
 		return err
 	}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -130,4 +131,23 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// Clean removes what a runner killed while saving or restoring left in
+// TempDir (temporary directories, kept bundles: the memo starts empty).
+func (s *Store) Clean() error {
+	root := cmpOr(s.TempDir, os.TempDir())
+	var errs []error
+	for _, pattern := range []string{"taskstate-save-*", "taskstate-restore-*", "taskstate-bundles"} {
+		matches, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			if err := os.RemoveAll(m); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -201,3 +201,18 @@ func TestSaveNothingKeepsNoState(t *testing.T) {
 		t.Fatalf("save once the change is gone: %+v, %v; want the state deleted", m, err)
 	}
 }
+
+// Clean removes what a killed runner left, nothing else.
+func TestClean(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"taskstate-save-1", "taskstate-restore-2", "taskstate-bundles", "worktrees"} {
+		os.MkdirAll(filepath.Join(dir, d, "x"), 0o755)
+	}
+	if err := (&taskstate.Store{TempDir: dir}).Clean(); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "worktrees" {
+		t.Errorf("left %v, want only worktrees", entries)
+	}
+}

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -139,17 +140,19 @@ func (r *Runner) gaugePauses(pauses map[string]*proto.Pause) {
 	r.metrics.pauses.Set(float64(n))
 }
 
-// gaugeBudgets sets orch_budget_remaining_usd of every project with a
-// budget, per window.
+// gaugeBudgets sets orch_budget_usd and orch_budget_remaining_usd of
+// every project, per window: a window without a budget is 0 and +Inf (no
+// limit).
 func (r *Runner) gaugeBudgets(ctx context.Context) {
 	now := time.Now()
 	for _, p := range r.projects.Load().reg.Projects() {
 		for _, w := range proto.Windows {
 			limit := p.Budget.Limit(w)
+			r.metrics.budget.WithLabelValues(p.Key, w).Set(limit)
 			if limit <= 0 {
+				r.metrics.remaining.WithLabelValues(p.Key, w).Set(math.Inf(1))
 				continue
 			}
-			r.metrics.budget.WithLabelValues(p.Key, w).Set(limit)
 			if spent, err := r.spent(ctx, p.Key, w, now); err == nil {
 				r.metrics.remaining.WithLabelValues(p.Key, w).Set(limit - spent)
 			}

@@ -25,9 +25,9 @@ type metrics struct {
 	rateLimited  prometheus.Counter
 	deadLettered prometheus.Counter
 	advisories   *prometheus.CounterVec
+	writes       *prometheus.CounterVec
 	// notices counts the budget and pause notices sent (notices.go).
 	notices *prometheus.CounterVec
-	writes       *prometheus.CounterVec
 	// writeback is the tracker write-back, once it runs.
 	writeback atomic.Pointer[writeback.Writer]
 	// addr is where /metrics is served, if it is.
@@ -69,6 +69,9 @@ func newMetrics() *metrics {
 	}
 	for _, o := range []string{outcomeAlerted, outcomeLogged, outcomeCancelled, outcomeDone, "unusable"} {
 		m.advisories.WithLabelValues(o)
+	}
+	for _, k := range []string{"budget", "pause"} {
+		m.notices.WithLabelValues(k)
 	}
 	return m
 }

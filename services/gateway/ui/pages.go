@@ -21,10 +21,6 @@ type queueData struct {
 	Spool    int
 	// Lines is each project's queued, running and held jobs and pause.
 	Lines    []jobs.ProjectFigures
-	// Spend is each budgeted project's spend today and this month;
-	// UsagePauses the credentials waiting for their usage limit's reset.
-	Spend       []jobs.ProjectSpend
-	UsagePauses []jobs.UsagePause
 	Filter   index.Filter
 	Projects []string
 	States   []proto.State
@@ -35,6 +31,10 @@ type queueData struct {
 	Pages    int
 	Prev     string
 	Next     string
+	// Spend is each budgeted project's spend today and this month;
+	// UsagePauses the credentials waiting for their usage limit's reset.
+	Spend       []jobs.ProjectSpend
+	UsagePauses []jobs.UsagePause
 }
 
 type stateCount struct {
@@ -101,7 +101,7 @@ func filterURL(f index.Filter, n int) string {
 
 // jobData is what the job page shows.
 type jobData struct {
-	St        *proto.Status
+	St         *proto.Status
 	CanCancel  bool
 	CanRetry   bool
 	CanRelease bool

@@ -94,7 +94,7 @@ func (j Job) Command() ([]string, error) {
 
 	spec := initSpec{Limits: j.Limits}
 	if j.Socket != "" {
-		spec.Listen = fmt.Sprintf("127.0.0.1:%d", ForwardPort)
+		spec.Port = ForwardPort
 		spec.Socket = SocketPath
 		args = append(args, "--ro-bind", j.Socket, SocketPath)
 	}

@@ -1,0 +1,94 @@
+// Package initproc holds the two steps of a confined agent's start that
+// run as the runner's own executable, re-executed: a sandbox's init and
+// the rlimits step (package sandbox says what each does). They are
+// recognised in this package's init function, before main runs, by any
+// binary that links it.
+//
+// The package is its own, and imports only the standard library and
+// golang.org/x/sys, so that the Go runtime initialises it ahead of the
+// runner's other dependencies (NATS, zap, protobuf, Prometheus...): a
+// step then costs the start of a small Go program, about 1 ms, not the
+// 4-5 ms of every package's init in the runner's binary, on every job.
+package initproc
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// InitEnv marks the runner's executable started as a sandbox's init; its
+// value is the Spec in JSON, or ProbeValue.
+const InitEnv = "ORCH_INTERNAL_SANDBOX_INIT"
+
+// LimitsEnv marks the runner's executable started to set the agent's
+// rlimits and exec it; its value is "<data bytes> <nproc>".
+const LimitsEnv = "ORCH_INTERNAL_AGENT_RLIMITS"
+
+// supervisorEnv is package agent's mark of its supervisor (agent imports
+// nothing of this package's, nor this package of agent's).
+const supervisorEnv = "ORCH_INTERNAL_AGENT_SUPERVISOR"
+
+// The probe's exchange with init.
+const (
+	ProbeValue  = "probe"
+	ProbeAnswer = "orch-sandbox-ok"
+)
+
+// Spec is what init is to do besides starting the agent.
+type Spec struct {
+	// Port and Socket: forward each connection to 127.0.0.1:Port to
+	// the unix socket Socket. Zero, no forwarder.
+	Port   int    `json:"port,omitempty"`
+	Socket string `json:"socket,omitempty"`
+	// Limits go on the agent.
+	Limits Limits `json:"limits,omitzero"`
+}
+
+// Limits bound an agent. There is no cgroup v2 path yet (see
+// docs/runner.md): they are rlimits, set in a step between init (or the
+// supervisor, unconfined) and the agent that sets them on itself and then
+// execs the agent, so they hold from the agent's first instruction and
+// bind neither the runner nor init. Zero is no limit.
+type Limits struct {
+	// MemoryMax is RLIMIT_DATA: each process's private writable memory
+	// (heap and anonymous mappings; not its address space, which Node
+	// reserves far beyond what it uses). It is per process, not the
+	// agent's tree in total; an allocation past it fails.
+	MemoryMax int64 `json:"memory_max,omitempty"`
+	// PidsMax is RLIMIT_NPROC: the kernel counts the processes of the
+	// agent's user (within its user namespace and, above it, the
+	// runner's user), and does not apply it to root.
+	PidsMax int `json:"pids_max,omitempty"`
+}
+
+// Set reports whether any limit is set.
+func (l Limits) Set() bool { return l.MemoryMax > 0 || l.PidsMax > 0 }
+
+// Wrap is argv under the limits and the variable that carries them: argv
+// itself when none is set, else the runner's own executable (self, as
+// the process that runs argv names it) in its rlimits step.
+func (l Limits) Wrap(self string, argv []string) (wrapped []string, env string) {
+	if !l.Set() {
+		return argv, ""
+	}
+	return append([]string{self}, argv...), LimitsEnv + "=" + strconv.FormatInt(l.MemoryMax, 10) + " " + strconv.Itoa(l.PidsMax)
+}
+
+func init() {
+	if v, ok := os.LookupEnv(InitEnv); ok {
+		// Straight to exit(2): init has nothing to flush, and a binary
+		// built with the race detector (a test's) would spend a second
+		// in os.Exit's hooks on every job.
+		syscall.Exit(runInit(v, os.Args[1:]))
+	}
+	// The supervisor (package agent), started with the agent's
+	// environment, passes the rlimits on: the step is the process it
+	// starts.
+	if _, supervisor := os.LookupEnv(supervisorEnv); supervisor {
+		return
+	}
+	if v, ok := os.LookupEnv(LimitsEnv); ok {
+		os.Exit(execLimited(v, os.Args[1:]))
+	}
+}

@@ -76,3 +76,49 @@ func TestNewerReviewSupersedesQueued(t *testing.T) {
 		t.Errorf("the running review is %s, want it left running", rec.State)
 	}
 }
+
+// With supersede: running, a newer review stops the running one too: its
+// record turns cancelled (superseded), which its runner's cancel watch
+// acts on.
+func TestSupersedeRunning(t *testing.T) {
+	e, g := newGateway(t, func(e *env) { e.writeRegistry(registryYAML + "    supersede: running\n") })
+	_, _, kv := natstest.Connect(t, e.srv)
+	st := status.New(kv)
+	ctx := context.Background()
+	push := func(head string) string {
+		t.Helper()
+		raw, _ := readFixture(t, "gitea/pull_request__opened")
+		a, out := g.postGitea(t, testkit.EditJSON(t, raw, func(m map[string]any) {
+			m["action"] = "synchronized"
+			m["pull_request"].(map[string]any)["head"].(map[string]any)["sha"] = head
+		}))
+		if len(a.Jobs) != 1 {
+			t.Fatalf("synchronized answered %s", out)
+		}
+		return a.Jobs[0].ID
+	}
+	first := push("1111111111111111111111111111111111111111")
+	var rec *proto.Status
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		var err error
+		rec, _, err = st.Get(ctx, first)
+		return err
+	})
+	if _, err := st.Apply(ctx, &rec.Job, status.StartAttempt(1, 3, "r1", "", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := g.queue(t).Counts[string(proto.StateRunning)]; n != 1 {
+			return fmt.Errorf("%d running", n)
+		}
+		return nil
+	})
+	second := push("2222222222222222222222222222222222222222")
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		rec, _, _ = st.Get(ctx, first)
+		if rec.State != proto.StateCancelled || rec.SupersededBy != second {
+			return fmt.Errorf("running review is %s (superseded by %q)", rec.State, rec.SupersededBy)
+		}
+		return nil
+	})
+}

@@ -135,6 +135,7 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 		zap.String("logins", loginDir))
 
 	// One service failing stops the others: its error is the result.
+	stopped := ctx
 	g, ctx := errgroup.WithContext(ctx)
 	printUsage(stdout, gw, tokenFile)
 	fmt.Fprintf(stdout, "The nats CLI logs in as the admin user with the context make run wrote:\n  export NATS_CONTEXT=%s\n\n",
@@ -143,7 +144,11 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 	g.Go(func() error { return runner.Run(ctx, rn, log.Named("runner")) })
 	g.Go(func() error { return notifier.Run(ctx, nt, log.Named("notifier")) })
 	g.Go(func() error { printLoginLink(ctx, stdout, gw, tokenFile, log); return nil })
-	return g.Wait()
+	err = g.Wait()
+	if stopped.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // Ctrl-C while a service was still starting: a clean stop, as service.Main has it
+	}
+	return err
 }
 
 // absPath is path made absolute, for a line to paste in another shell.

@@ -244,7 +244,8 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		if limit <= 0 {
 			return 0
 		}
-		return max(limit-spent, 0.01)
+		// A run after one that spent it all still has a limit, a tiny one.
+		return max(limit-spent, min(limit, 0.0001))
 	}
 	// start runs the agent once, resuming session ("" for a fresh one):
 	// a resume the agent refuses runs again (see runCarried).
@@ -299,7 +300,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	case c == nil || res.Err == nil:
 	case c.Subtype == agent.ClaudeMaxBudgetSubtype:
 		// Claude Code stopped at its --max-budget-usd: the job's cap.
-		res.Err = fmt.Errorf("%w: Claude Code stopped at its budget of $%.2f (%v)", errOverBudget, budgetCap, res.Err)
+		res.Err = fmt.Errorf("%w: Claude Code stopped at its budget of %s (%v)", errOverBudget, usd(budgetCap), res.Err)
 	case c.Subtype == agent.ClaudeMaxTurnsSubtype && p.MaxTurns > 0:
 		res.Err = fmt.Errorf("%w: Claude Code stopped at max_turns %d (%v)", errMaxTurns, p.MaxTurns, res.Err)
 	}

@@ -33,8 +33,8 @@ func watchSpend(ctx context.Context, pub *logstream.Publisher, metered func() fl
 		}
 		prog, _ := pub.Progress()
 		if spent := max(prog.SpentUSD, metered()); capUSD > 0 && spent > capUSD {
-			stop(fmt.Errorf("%w: the agent spent $%.2f, past the job's cap of $%.2f (max_cost_usd)",
-				errOverBudget, spent, capUSD))
+			stop(fmt.Errorf("%w: the agent spent %s, past the job's cap of %s (max_cost_usd)",
+				errOverBudget, usd(spent), usd(capUSD)))
 			return
 		}
 		if maxTurns > 0 && prog.Turns > maxTurns {
@@ -42,4 +42,13 @@ func watchSpend(ctx context.Context, pub *logstream.Publisher, metered func() fl
 			return
 		}
 	}
+}
+
+// usd shows an amount in dollars: to the cent, or to four places below
+// one.
+func usd(v float64) string {
+	if v != 0 && v < 0.01 {
+		return fmt.Sprintf("$%.4f", v)
+	}
+	return fmt.Sprintf("$%.2f", v)
 }

@@ -44,15 +44,30 @@ func runInit(v string, argv []string) int {
 			env = append(env, kv)
 		}
 	}
-	cmd := spec.Limits.command(argv, env)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	argv, limits := spec.Limits.Wrap("/proc/self/exe", argv)
+	if limits != "" {
+		env = append(env, limits)
+	}
+	path, err := lookPath(argv[0])
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
 		return 127
 	}
-	_ = cmd.Wait()
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   env,
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		return 127
+	}
+	state, err := p.Wait()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orch: waiting for the agent: %v\n", err)
+		return 126
+	}
+	ws, _ := state.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		// bwrap reports a signalled child as 128+signal, which the
 		// runner reads back (agent.Result).

@@ -3,7 +3,6 @@ package initproc
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,15 +13,23 @@ import (
 // package's comment).
 const rlimitNproc = 6
 
-// command is the agent's command under the limits, from init.
-func (l Limits) command(argv, env []string) *exec.Cmd {
-	argv, v := l.Wrap("/proc/self/exe", argv)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
-	if v != "" {
-		cmd.Env = append(cmd.Env, v)
+// lookPath finds name on this process's PATH as os/exec's LookPath
+// would (only absolute directories): os/exec would order this package's
+// initialisation after most of the runner's (see the package's comment).
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
 	}
-	return cmd
+	for _, dir := range strings.Split(os.Getenv("PATH"), ":") {
+		if !strings.HasPrefix(dir, "/") {
+			continue
+		}
+		p := strings.TrimSuffix(dir, "/") + "/" + name
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
 }
 
 // execLimited sets the rlimits of v on this process and execs argv; it
@@ -45,7 +52,7 @@ func execLimited(v string, argv []string) int {
 			env = append(env, kv)
 		}
 	}
-	path, err := exec.LookPath(argv[0])
+	path, err := lookPath(argv[0])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
 		return 127

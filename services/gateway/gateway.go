@@ -163,8 +163,10 @@ func (c *Config) Validate() error {
 	if c.PlaneToken != "" && c.PlaneTokenFile != "" {
 		errs = append(errs, errors.New("ORCH_PLANE_TOKEN and ORCH_PLANE_TOKEN_FILE: set one, not both"))
 	}
-	if (c.PlaneURL == "") != (c.PlaneToken == "" && c.PlaneTokenFile == "") {
-		errs = append(errs, errors.New("ORCH_PLANE_URL and ORCH_PLANE_TOKEN (or _FILE) go together"))
+	// A token without the URL is left unused, as the notifier leaves it
+	// (compose hands both services the same secret file).
+	if c.PlaneURL != "" && c.PlaneToken == "" && c.PlaneTokenFile == "" {
+		errs = append(errs, errors.New("ORCH_PLANE_URL needs ORCH_PLANE_TOKEN (or _FILE)"))
 	}
 	return errors.Join(errs...)
 }
@@ -183,7 +185,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	if cfg.PlaneTokenFile != "" {
+	if cfg.PlaneURL != "" && cfg.PlaneTokenFile != "" {
 		if cfg.PlaneToken, err = service.ReadSecretFile("ORCH_PLANE_TOKEN_FILE", cfg.PlaneTokenFile); err != nil {
 			return err
 		}

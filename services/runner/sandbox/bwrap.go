@@ -92,21 +92,36 @@ func (j Job) Command() ([]string, error) {
 		args = append(args, "--bind", p, p)
 	}
 
+	// Last, the working directory, and the sandbox's own root, where
+	// bwrap made the mount points, read-only too.
+	run := func(argv ...string) []string {
+		args = append(args, "--chdir", j.Worktree, "--remount-ro", "/", "--")
+		return append(args, argv...)
+	}
 	spec := initSpec{Limits: j.Limits}
 	if j.Socket != "" {
 		spec.Port = ForwardPort
 		spec.Socket = SocketPath
 		args = append(args, "--ro-bind", j.Socket, SocketPath)
 	}
+	switch {
+	case spec.Port == 0 && !spec.Limits.Set():
+		// Nothing for init to do: bwrap's own pid 1 starts the agent,
+		// and its end ends the sandbox (a Go program's start less).
+		return run(j.Argv...), nil
+	case spec.Port == 0:
+		// Only the rlimits: their step, which execs the agent.
+		argv, env := j.Limits.Wrap(InitPath, j.Argv)
+		name, value, _ := strings.Cut(env, "=")
+		args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", name, value)
+		return run(argv...), nil
+	}
 	enc, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, string(enc), "--chdir", j.Worktree,
-		// The sandbox's own root, where bwrap made the mount points,
-		// is read-only too.
-		"--remount-ro", "/", "--", InitPath)
-	return append(args, j.Argv...), nil
+	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, string(enc))
+	return run(append([]string{InitPath}, j.Argv...)...), nil
 }
 
 // systemDirs are the host's system directories, bound read-only (or, where

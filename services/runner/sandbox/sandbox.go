@@ -11,13 +11,17 @@
 //	runner ─ supervisor (package agent) ─ bwrap ─ bwrap's pid 1 ─ init ─ agent
 //
 // init is the runner's own binary, bound read-only into the sandbox and
-// started in a marked mode (init.go): under the allowlist network it
-// listens on 127.0.0.1:ForwardPort and copies each connection to the
-// runner's egress proxy over a unix socket bound in, which is the agent's
-// only way out; it starts the agent, with its rlimits, as its child and
-// exits with its status. When the supervisor kills bwrap, bwrap's pid 1
-// dies (--die-with-parent) and the kernel kills everything left in the
-// pid namespace, so the supervisor's no-orphan guarantee holds inside.
+// started in a marked mode (package initproc): under the allowlist
+// network it listens on 127.0.0.1:ForwardPort and copies each connection
+// to the runner's egress proxy over a unix socket bound in, which is the
+// agent's only way out; it starts the agent, with its rlimits, as its
+// child and exits with its status. Where there is nothing to forward (the
+// network none or open) init is left out, a Go program's start less on
+// every job: bwrap's pid 1 starts the agent itself, or, with limits set,
+// the rlimits step, which execs it. When the supervisor kills bwrap,
+// bwrap's pid 1 dies (--die-with-parent) and the kernel kills everything
+// left in the pid namespace, so the supervisor's no-orphan guarantee
+// holds inside.
 package sandbox
 
 import (

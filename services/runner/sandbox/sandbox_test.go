@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -145,5 +146,44 @@ exit 0
 	log, err := exec.Command("git", "-C", bare, "log", "-1", "--format=%s", "agent/task").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(log)) != "confined" {
 		t.Errorf("the commit is not on agent/task: %s %v", log, err)
+	}
+}
+
+// TestSandboxInitOnlyWhenNeeded: with no forwarder (the network none or
+// open) and no limits, bwrap starts the agent itself, no init of the
+// runner's in between; with limits and no forwarder, the rlimits step
+// starts it. Either way the agent's exit status, and the signal that
+// killed it, come back as they would through init, and the limits hold.
+func TestSandboxInitOnlyWhenNeeded(t *testing.T) {
+	bwrap := requireBwrap(t)
+	root := t.TempDir()
+	wt := worktree(t, root)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(limits Limits, script string) (string, int, []string) {
+		t.Helper()
+		j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: []string{"sh", "-c", script}, Worktree: wt,
+			Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin", Limits: limits}
+		argv, err := j.Command()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
+		out, _ := cmd.CombinedOutput()
+		return string(out), cmd.ProcessState.ExitCode(), argv
+	}
+	out, code, argv := run(Limits{}, "echo pid $$; exit 7")
+	if slices.Contains(argv, InitPath) || code != 7 || !strings.Contains(out, "pid 2") {
+		t.Errorf("no limits: exit %d, %q, init bound: %v", code, out, slices.Contains(argv, InitPath))
+	}
+	if _, code, _ = run(Limits{}, "kill -TERM $$"); code != 128+15 {
+		t.Errorf("an agent killed by SIGTERM: exit %d, want 143", code)
+	}
+	out, code, argv = run(Limits{MemoryMax: 512 << 20, PidsMax: 1000}, "grep -E 'Max (data size|processes)' /proc/self/limits | tr -s ' '; exit 3")
+	if slices.Contains(argv, initEnv) || code != 3 || !strings.Contains(out, "Max data size 536870912 536870912") || !strings.Contains(out, "Max processes 1000 1000") {
+		t.Errorf("limits: exit %d, %q (want 512 MiB and 1000 processes), init: %v", code, out, slices.Contains(argv, initEnv))
 	}
 }

@@ -15,7 +15,7 @@ import (
 // attempt's start and end as the runner pays for them, without JetStream),
 // unconfined, confined with the network none, and confined with init's
 // forwarder (bound to a socket nobody serves: the agent does not dial).
-// On a 2-core test machine: about 5, 20 and 20 ms. Besides the time, it
+// On a 2-core test machine: about 6, 15 and 20 ms. Besides the time, it
 // reports the CPU time of the processes started (cpu-ms/op, user and
 // system, from getrusage of the reaped children), which a loaded shared
 // machine disturbs far less than the wall clock.

@@ -23,7 +23,9 @@
 // environment, Claude Code's permissions), confine.go (the agent's
 // sandbox, egress proxy and limits, chosen at start), output.go (running
 // the agent while its output goes to JOBS_LOGS), spendwatch.go (a running
-// agent's spend against its cap), secrets.go (the agent's words scrubbed
+// agent's spend against its cap), meters.go (the egress proxy's meter of
+// it, and a 429 that is the account's usage limit), prices.go (the price
+// table of ORCH_MODEL_PRICES_FILE), secrets.go (the agent's words scrubbed
 // before the record keeps them), lease.go and lock.go, cancel.go (the
 // cancel watch), decide.go (what an outcome means: the verdict, pure and
 // table-tested), settle.go (applying the verdict: the record, ack or

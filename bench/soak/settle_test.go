@@ -112,7 +112,7 @@ func (s *system) queueAgrees(tr *tracker) (map[string]int, time.Duration) {
 }
 
 // queueLagLimit is how soon GET /queue must agree with the status bucket
-// once the system is quiet. On one server, a second. On a cluster the
+// once the system is quiet. On one server, 10 s (see below). On a cluster the
 // gateway's watch of the bucket is an R1 ordered consumer on one server:
 // when that server is lost (the last kill may come just before the end)
 // nats.go makes a new one after two missed idle heartbeats of 5 s, so the

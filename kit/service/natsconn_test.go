@@ -107,7 +107,7 @@ func TestConnectAsServiceUser(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	nc, _, _, err := Connect(ctx, Common{NATSURL: s.URL(), NATSUser: natsauth.Runner, NATSPasswordFile: pwFile}, natsauth.Runner, zap.New(core))
+	nc, _, _, err := Connect(ctx, Common{NATSURL: s.URL(), NATSUser: natsauth.Runner, NATSPasswordFile: pwFile}, natsauth.Runner, nil, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestConnectWithWrongPasswordFails(t *testing.T) {
 		{NATSURL: s.URL()},
 		{NATSURL: s.URL(), NATSUser: natsauth.Runner, NATSPassword: "wrong"},
 	} {
-		_, _, _, err := Connect(ctx, c, natsauth.Runner, zap.NewNop())
+		_, _, _, err := Connect(ctx, c, natsauth.Runner, nil, zap.NewNop())
 		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
 			t.Errorf("user %q: %v, want an authorization violation", c.NATSUser, err)
 		}

@@ -206,13 +206,13 @@ func NewLogger(c Common, name string) (*zap.Logger, error) {
 }
 
 // Connect connects to NATS with reconnects that never give up, and ensures
-// the topology. The caller closes the connection. name is the service
+// the topology. rc, if not nil, hears of every reconnect. The caller closes the connection. name is the service
 // (gateway, runner, notifier): its replies arrive under its own inbox
 // prefix (natsauth.InboxPrefix), which its NATS user alone may read. A
 // server that refuses what the service asks (a permission violation) is
 // logged at warn; one that refuses its login closes the connection, and
 // Connect returns that error.
-func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue, error) {
+func Connect(ctx context.Context, c Common, name string, rc *Reconnects, log *zap.Logger) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue, error) {
 	SetDefaults(&c)
 	auth, err := c.natsAuth()
 	if err != nil {
@@ -235,6 +235,7 @@ func Connect(ctx context.Context, c Common, name string, log *zap.Logger) (*nats
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
+			rc.reconnected()
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			// "Permissions Violation for Publish to ...": a call this

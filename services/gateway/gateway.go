@@ -247,7 +247,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	fatal := make(chan error, 1)
 
 	wg.Go(func() {
-		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", log)
+		// The index and the dedupe copy read their buckets again on a
+		// reconnect: their watches may have gone with a server.
+		rc := service.NewReconnects()
+		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", rc, log)
 		if err != nil {
 			if bg.Err() == nil {
 				fatal <- err // a refused login: waiting would not help
@@ -268,7 +271,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 			return // bg ended
 		}
 		dd := queue.NewDedupe(dkv, cfg.DedupeTTL)
-		wg.Go(func() { dd.Watch(bg, log.Named("dedupe")) })
+		wg.Go(func() { dd.Watch(bg, rc, log.Named("dedupe")) })
 		q.Connect(nc, js, st, dd)
 		svc.Connect(nc, js, st)
 		// The dashboard's logins wait for their own bucket; the index
@@ -283,7 +286,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 			}
 		})
 		log.Info("jetstream connected", zap.Int("spool_depth", sp.Depth()))
-		ix.Watch(bg, kv, log.Named("index"))
+		ix.Watch(bg, kv, rc, log.Named("index"))
 	})
 	wg.Go(func() { q.Drain(bg, spool.RetryDelayDefault) })
 

@@ -164,7 +164,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 	defer httpSrv.Stop()
 	m.addr = httpSrv.Addr()
 
-	nc, js, kv, err := service.Connect(ctx, cfg.Common, "notifier", log)
+	nc, js, kv, err := service.Connect(ctx, cfg.Common, "notifier", nil, log)
 	if err != nil {
 		return err
 	}

@@ -138,7 +138,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	defer httpSrv.Stop()
 
-	nc, js, kv, err := service.Connect(ctx, cfg.Common, "runner", log)
+	nc, js, kv, err := service.Connect(ctx, cfg.Common, "runner", nil, log)
 	if err != nil {
 		return err
 	}

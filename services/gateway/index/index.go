@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/backoff"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -64,10 +65,11 @@ func New() *Index {
 }
 
 // Watch follows the bucket until ctx ends, restarting the watch when it
-// breaks (a NATS outage, say).
-func (ix *Index) Watch(ctx context.Context, kv jetstream.KeyValue, log *zap.Logger) {
+// breaks (a NATS outage, say) and when the connection reconnects (rc may
+// be nil): the watch's consumer may have gone with a server.
+func (ix *Index) Watch(ctx context.Context, kv jetstream.KeyValue, rc *service.Reconnects, log *zap.Logger) {
 	for ctx.Err() == nil {
-		if err := ix.watchOnce(ctx, kv, log); err != nil && ctx.Err() == nil {
+		if err := ix.watchOnce(ctx, kv, rc.Next(), log); err != nil && ctx.Err() == nil {
 			log.Warn("watching job status, will retry", zap.Error(err))
 			backoff.Sleep(ctx, time.Second)
 		}
@@ -79,7 +81,7 @@ func (ix *Index) Watch(ctx context.Context, kv jetstream.KeyValue, log *zap.Logg
 // the records the bucket no longer holds: deletes and expiries that
 // happened while nobody watched. Records the bucket expires while watched
 // leave no trace in the watch, so they are swept by their age.
-func (ix *Index) watchOnce(ctx context.Context, kv jetstream.KeyValue, log *zap.Logger) error {
+func (ix *Index) watchOnce(ctx context.Context, kv jetstream.KeyValue, reconnected <-chan struct{}, log *zap.Logger) error {
 	var ttl time.Duration
 	if st, err := kv.Status(ctx); err == nil {
 		ttl = st.TTL()
@@ -95,6 +97,9 @@ func (ix *Index) watchOnce(ctx context.Context, kv jetstream.KeyValue, log *zap.
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-reconnected:
+			log.Info("nats reconnected: reading the status bucket again")
 			return nil
 		case <-sweep.C:
 			if ttl > 0 {

@@ -10,8 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -33,20 +36,25 @@ func setupIndex(t *testing.T, ttl time.Duration) (*Index, jetstream.KeyValue) {
 func watch(t *testing.T, ix *Index, kv jetstream.KeyValue) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { ix.Watch(ctx, kv, zap.NewNop()) })
+	wg.Go(func() { ix.Watch(ctx, kv, nil, zap.NewNop()) })
 	stop = func() { cancel(); wg.Wait() }
 	t.Cleanup(stop)
 	return stop
 }
 
-func putQueued(t *testing.T, kv jetstream.KeyValue, id string) {
+func queuedRecord(t *testing.T, id string) []byte {
 	t.Helper()
 	data, err := json.Marshal(proto.Status{Schema: proto.SchemaVersion, State: proto.StateQueued,
 		Job: proto.Job{ID: id, Kind: proto.KindReview, Project: "p", Task: proto.Task{ID: "t-" + id}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(context.Background(), id, data); err != nil {
+	return data
+}
+
+func putQueued(t *testing.T, kv jetstream.KeyValue, id string) {
+	t.Helper()
+	if _, err := kv.Put(context.Background(), id, queuedRecord(t, id)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -96,4 +104,38 @@ func TestQueueCountsDropWhatWentWhileUnwatched(t *testing.T) {
 	}
 	watch(t, ix, kv)
 	wantQueued(t, ix, 1, 10*time.Second)
+}
+
+// A restart of the server under the watch starts the watch again at the
+// reconnect: records put after the restart reach the index without
+// waiting for the old watch's consumer to be found dead.
+func TestWatchStartsAgainAtAReconnect(t *testing.T) {
+	s := natstest.Server(t)
+	rc := service.NewReconnects()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	nc, _, kv, err := service.Connect(ctx, service.Common{NATSURL: s.URL()}, "gateway", rc, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	core, logs := observer.New(zapcore.InfoLevel)
+	ix := New()
+	var wg sync.WaitGroup
+	wg.Go(func() { ix.Watch(ctx, kv, rc, zap.New(core)) })
+	defer func() { cancel(); wg.Wait() }()
+
+	putQueued(t, kv, "a")
+	wantQueued(t, ix, 1, 10*time.Second)
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+		_, err := kv.Put(ctx, "b", queuedRecord(t, "b"))
+		return err
+	})
+	wantQueued(t, ix, 2, 30*time.Second)
+	if logs.FilterMessage("nats reconnected: reading the status bucket again").Len() == 0 {
+		t.Errorf("the watch did not start again at the reconnect: %v", logs.All())
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/backoff"
+	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -98,10 +99,11 @@ func (d *Dedupe) Record(ctx context.Context, job *proto.Job) error {
 }
 
 // Watch keeps the copy current until ctx ends, restarting the watch when
-// it breaks (a NATS outage, say).
-func (d *Dedupe) Watch(ctx context.Context, log *zap.Logger) {
+// it breaks (a NATS outage, say) and when the connection reconnects (rc
+// may be nil): the watch's consumer may have gone with a server.
+func (d *Dedupe) Watch(ctx context.Context, rc *service.Reconnects, log *zap.Logger) {
 	for ctx.Err() == nil {
-		if err := d.watchOnce(ctx); err != nil && ctx.Err() == nil {
+		if err := d.watchOnce(ctx, rc.Next()); err != nil && ctx.Err() == nil {
 			log.Warn("watching the dedupe bucket, will retry", zap.Error(err))
 			backoff.Sleep(ctx, time.Second)
 		}
@@ -112,7 +114,7 @@ func (d *Dedupe) Watch(ctx context.Context, log *zap.Logger) {
 // watch breaks or ctx ends. Keys the bucket expires leave no trace in the
 // watch, so they are swept by their age; a watch started again drops the
 // keys that went while nobody watched.
-func (d *Dedupe) watchOnce(ctx context.Context) error {
+func (d *Dedupe) watchOnce(ctx context.Context, reconnected <-chan struct{}) error {
 	w, err := d.kv.WatchAll(ctx, jetstream.MetaOnly())
 	if err != nil {
 		return err
@@ -124,6 +126,8 @@ func (d *Dedupe) watchOnce(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-reconnected:
 			return nil
 		case <-sweep.C:
 			d.expire(time.Now().Add(-d.ttl))

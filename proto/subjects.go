@@ -36,6 +36,10 @@ const (
 	// SubjectAdvisoryMaxDeliveries is published by JetStream when a job has
 	// been delivered MaxDeliver times without an ack.
 	SubjectAdvisoryMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamJobs + ".*"
+	// SubjectRunnerMaxDeliveries is SubjectAdvisoryMaxDeliveries of the
+	// runners' consumer: the notifier publishes there too, for an
+	// advisory JetStream lost.
+	SubjectRunnerMaxDeliveries = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamJobs + "." + ConsumerRunner
 	// SubjectAdvisoryTerminated is published by JetStream when a runner
 	// terminates a job (msg.Term), for example one it cannot decode.
 	SubjectAdvisoryTerminated = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + StreamJobs + ".*"

@@ -67,6 +67,9 @@ var grants = map[string][]Grant{
 		[]Grant{
 			// Advisories of jobs that failed for good.
 			Consume(proto.StreamAdvisories, proto.ConsumerNotifier),
+			// The advisory of a job whose deliveries are used up, when
+			// JetStream's own was lost (a leader lost as it was sent).
+			Publish(proto.SubjectRunnerMaxDeliveries, "stand in for a lost advisory"),
 			// The failed job: read by sequence, deleted once dead-lettered;
 			// the queue figures of /metrics.
 			Stream(proto.StreamJobs, Info|Get|DeleteMsg),

@@ -144,6 +144,10 @@ type hooks struct {
 	// notifier there to show that the marker keeps the alert from being
 	// sent again.
 	alerted func(*Notifier)
+	// sweepEvery replaces sweepEvery; swept, if set, is told what each
+	// sweep found.
+	sweepEvery time.Duration
+	swept      func(found int)
 }
 
 // Run handles advisories until ctx is cancelled.
@@ -201,6 +205,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, h hooks) error {
 		return err
 	}
 	wg.Go(func() { n.notices(ctx, js, kv) })
+	wg.Go(func() { n.sweep(ctx, cmp.Or(h.sweepEvery, sweepEvery), h.swept) })
 	n.loop(ctx, cons)
 	wg.Wait()
 	log.Info("notifier stopped")

@@ -5,22 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/kit/status"
@@ -36,90 +32,6 @@ func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 // clusterGiteaSecret signs the test's webhooks.
 const clusterGiteaSecret = "cluster-test-secret"
 
-// natsCluster is three JetStream nodes in this process, each with its own
-// store, routed to one another as deployments/nats/nats-*.conf are.
-type natsCluster struct {
-	nodes []*embedded.Server
-	names []string
-	urls  []string
-}
-
-// startCluster starts a three-node JetStream cluster on free loopback ports
-// and waits until it has a meta leader.
-func startCluster(t *testing.T) *natsCluster {
-	t.Helper()
-	ports := freePorts(t, 6)
-	var routes []string
-	for _, p := range ports[3:] {
-		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
-	}
-	c := &natsCluster{}
-	for i := range 3 {
-		name := fmt.Sprintf("nats-%d", i+1)
-		s, err := embedded.Start(embedded.Options{
-			Host: "127.0.0.1", Port: ports[i], StoreDir: t.TempDir(),
-			ServerName: name, ClusterName: "orch", ClusterPort: ports[3+i], Routes: routes,
-		})
-		if err != nil {
-			t.Fatalf("starting %s: %v", name, err)
-		}
-		t.Cleanup(s.Shutdown)
-		c.nodes, c.names, c.urls = append(c.nodes, s), append(c.names, name), append(c.urls, s.URL())
-	}
-	nc, js := c.connect(t)
-	defer nc.Close()
-	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err := js.AccountInfo(ctx) // answered only once there is a meta leader
-		return err
-	})
-	return c
-}
-
-// url is what ORCH_NATS_URL would be: all three nodes, comma-separated.
-func (c *natsCluster) url() string { return strings.Join(c.urls, ",") }
-
-func (c *natsCluster) connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, err := nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
-}
-
-// node returns the node named name.
-func (c *natsCluster) node(t *testing.T, name string) *embedded.Server {
-	t.Helper()
-	i := slices.Index(c.names, name)
-	if i < 0 {
-		t.Fatalf("no node %q among %v", name, c.names)
-	}
-	return c.nodes[i]
-}
-
-// freePorts picks n free loopback ports. The cluster needs its route
-// ports before any node starts, so Port -1 will not do.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln := testkit.Listen(t)
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
-	}
-	return ports
-}
-
 // orchSystem is the three services, in this process, against the cluster.
 type orchSystem struct {
 	gatewayURL string
@@ -129,7 +41,7 @@ type orchSystem struct {
 // startOrch runs the gateway, two runners and the notifier with
 // ORCH_STREAM_REPLICAS=3 and ORCH_NATS_URL naming all three nodes. The
 // script agent appends a line per run to runsDir/<job id>.
-func startOrch(t *testing.T, c *natsCluster) *orchSystem {
+func startOrch(t *testing.T, c *natstest.TestCluster) *orchSystem {
 	t.Helper()
 	dir := t.TempDir()
 	sys := &orchSystem{runsDir: filepath.Join(dir, "runs")}
@@ -139,7 +51,7 @@ func startOrch(t *testing.T, c *natsCluster) *orchSystem {
 	agent := testkit.AgentScript(t, dir, "agent.sh", fmt.Sprintf("echo \"$ORCH_ATTEMPT\" >> %q/\"$ORCH_JOB_ID\"\nsleep 0.3\n", sys.runsDir))
 	projects, _ := testkit.Project(t, dir, "")
 	common := func(name string) service.Common {
-		return service.Common{NATSURL: c.url(), StreamReplicas: 3, DataDir: filepath.Join(dir, name)}
+		return service.Common{NATSURL: c.URL(), StreamReplicas: 3, DataDir: filepath.Join(dir, name)}
 	}
 	ln := testkit.Listen(t)
 	sys.gatewayURL = "http://" + ln.Addr().String()
@@ -222,11 +134,11 @@ func TestClusterFailover(t *testing.T) {
 		t.Skip("starts a three-node cluster")
 	}
 	start := time.Now()
-	c := startCluster(t)
+	c := natstest.Cluster(t)
 	t.Logf("%v: cluster formed", time.Since(start).Round(time.Millisecond))
 	sys := startOrch(t, c)
 	t.Logf("%v: services ready", time.Since(start).Round(time.Millisecond))
-	nc, js := c.connect(t)
+	nc, js := c.Connect(t)
 	defer nc.Close()
 	ctx := context.Background()
 
@@ -259,9 +171,9 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return errors.New("no job running yet")
 	})
-	leader := streamLeader(t, js, proto.StreamJobs)
+	leader := c.StreamLeader(t, js, proto.StreamJobs)
 	t.Logf("%v: shutting down %s, leader of %s", time.Since(start).Round(time.Millisecond), leader, proto.StreamJobs)
-	down := c.node(t, leader)
+	down := c.Node(t, leader)
 	down.Shutdown()
 	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
 		l, err := streamLeaderErr(js, proto.StreamJobs)
@@ -324,17 +236,6 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("job ids are not distinct: %v", ids)
 	}
 	t.Logf("%v: done", time.Since(start).Round(time.Millisecond))
-}
-
-func streamLeader(t *testing.T, js jetstream.JetStream, name string) string {
-	t.Helper()
-	var leader string
-	natstest.CheckFor(t, 30*time.Second, 250*time.Millisecond, func() error {
-		var err error
-		leader, err = streamLeaderErr(js, name)
-		return err
-	})
-	return leader
 }
 
 func streamLeaderErr(js jetstream.JetStream, name string) (string, error) {

@@ -15,30 +15,11 @@ import (
 
 	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// server starts an embedded JetStream server with the table's users, each
-// with the password "pw-<user>".
-func server(t *testing.T) *embedded.Server {
-	t.Helper()
-	pw := map[string]string{}
-	for _, u := range natsauth.Users() {
-		pw[u] = "pw-" + u
-	}
-	users, err := natsauth.ServerUsers(pw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir(), Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
 
 // client is one user's connection, with the permission violations the
 // server reported to it.
@@ -54,7 +35,7 @@ type client struct {
 func login(t *testing.T, s *embedded.Server, user string) *client {
 	t.Helper()
 	c := &client{errs: make(chan error, 64)}
-	opts := []nats.Option{nats.UserInfo(user, "pw-"+user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	opts := []nats.Option{nats.UserInfo(user, natstest.Password(user)), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case c.errs <- err:
 		default:
@@ -143,7 +124,7 @@ func (c *client) refused(t *testing.T, quoted string, op func(context.Context) e
 // returns a connection per user.
 func setup(t *testing.T) map[string]*client {
 	t.Helper()
-	s := server(t)
+	s := natstest.AuthServer(t)
 	cs := map[string]*client{}
 	for _, u := range natsauth.Users() {
 		cs[u] = login(t, s, u)
@@ -164,7 +145,7 @@ func setup(t *testing.T) map[string]*client {
 }
 
 func TestAnonymousClientRefused(t *testing.T) {
-	s := server(t)
+	s := natstest.AuthServer(t)
 	nc, err := nats.Connect(s.URL(), nats.NoReconnect())
 	if err == nil {
 		nc.Close()
@@ -185,7 +166,7 @@ func TestAnonymousClientRefused(t *testing.T) {
 func TestEveryServiceEnsuresTheTopology(t *testing.T) {
 	for _, first := range []string{natsauth.Runner, natsauth.Notifier, natsauth.Gateway} {
 		t.Run(first+" first", func(t *testing.T) {
-			s := server(t)
+			s := natstest.AuthServer(t)
 			var topo proto.Topology
 			for _, u := range []string{first, natsauth.Gateway, natsauth.Runner, natsauth.Notifier} {
 				c := login(t, s, u)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -26,6 +27,29 @@ func Server(t testing.TB) *embedded.Server {
 	t.Cleanup(s.Shutdown)
 	return s
 }
+
+// AuthServer is Server with natsauth's users, each allowed what its
+// service may do and logged in with the password Password(user).
+func AuthServer(t testing.TB) *embedded.Server {
+	t.Helper()
+	pw := map[string]string{}
+	for _, u := range natsauth.Users() {
+		pw[u] = Password(u)
+	}
+	users, err := natsauth.ServerUsers(pw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir(), Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+// Password is user's password on an AuthServer: "pw-<user>".
+func Password(user string) string { return "pw-" + user }
 
 // Connect connects a client to s, ensures orch's topology and returns the
 // JetStream handle and the status bucket. The connection closes with the

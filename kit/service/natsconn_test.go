@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/kit/natstest"
 )
@@ -74,34 +73,14 @@ func TestNATSPasswordNeverPrinted(t *testing.T) {
 	}
 }
 
-// authServer is an embedded server with the table's users, each with the
-// password "pw-<user>".
-func authServer(t *testing.T) *embedded.Server {
-	t.Helper()
-	pw := map[string]string{}
-	for _, u := range natsauth.Users() {
-		pw[u] = "pw-" + u
-	}
-	users, err := natsauth.ServerUsers(pw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir(), Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
-
 // Connect logs in as the service's user (the password from its file) and
 // ensures the topology within that user's permissions; its requests are
 // answered on the service's own inbox prefix.
 func TestConnectAsServiceUser(t *testing.T) {
 	t.Parallel()
-	s := authServer(t)
+	s := natstest.AuthServer(t)
 	pwFile := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(pwFile, []byte("pw-runner\n"), 0o600); err != nil {
+	if err := os.WriteFile(pwFile, []byte(natstest.Password(natsauth.Runner)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.WarnLevel)
@@ -134,7 +113,7 @@ func TestConnectAsServiceUser(t *testing.T) {
 // waiting for JetStream for ever.
 func TestConnectWithWrongPasswordFails(t *testing.T) {
 	t.Parallel()
-	s := authServer(t)
+	s := natstest.AuthServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for _, c := range []Common{

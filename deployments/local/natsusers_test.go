@@ -10,6 +10,7 @@ import (
 
 	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/service"
 )
 
@@ -22,16 +23,7 @@ func authServer(t *testing.T) (*embedded.Server, func(user string, c service.Com
 	if err != nil {
 		t.Fatal(err)
 	}
-	users, err := natsauth.ServerUsers(pw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir(), Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Shutdown)
-	return s, func(user string, c service.Common) service.Common {
+	return natstest.AuthServerWith(t, pw), func(user string, c service.Common) service.Common {
 		if err := natsLogin(&c, user, pw); err != nil {
 			t.Fatal(err)
 		}

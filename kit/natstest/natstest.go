@@ -36,6 +36,12 @@ func AuthServer(t testing.TB) *embedded.Server {
 	for _, u := range natsauth.Users() {
 		pw[u] = Password(u)
 	}
+	return AuthServerWith(t, pw)
+}
+
+// AuthServerWith is AuthServer with the passwords pw, by user.
+func AuthServerWith(t testing.TB, pw map[string]string) *embedded.Server {
+	t.Helper()
 	users, err := natsauth.ServerUsers(pw)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/gateway"
@@ -20,23 +20,11 @@ import (
 // at 503 and never trying again.
 func TestRefusedNATSLoginStopsTheGateway(t *testing.T) {
 	t.Parallel()
-	pw := map[string]string{}
-	for _, u := range natsauth.Users() {
-		pw[u] = "the-right-password-of-" + u
-	}
-	users, err := natsauth.ServerUsers(pw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := embedded.Start(embedded.Options{Port: -1, StoreDir: t.TempDir(), Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.AuthServer(t)
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	err = gateway.Run(ctx, gateway.Config{
+	err := gateway.Run(ctx, gateway.Config{
 		Common: service.Common{
 			NATSURL: srv.URL(), DataDir: e.dataDir,
 			NATSUser: natsauth.Gateway, NATSPassword: "a-wrong-password",

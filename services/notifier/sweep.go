@@ -30,18 +30,17 @@ const sweepMax = 100
 // alerted (make soak-cluster found two in 5,000).
 //
 // A message whose deliveries are used up is no longer pending on the
-// runner consumer, and nats-server moves the consumer's ack floor past it
-// once a later job is acked (or, with nothing pending, counts it among
-// those delivered). So a message still in JOBS (a work queue: acked ones
-// are removed) at or below the ack floor, or delivered while nothing is
-// pending, is one of those. Each
-// found is published to JOBS_ADVISORIES as the advisory JetStream would
-// have sent, deduplicated by its sequence, and handled by the same loop
-// as the real ones, one at a time: a job whose real advisory came too is
-// found gone from JOBS and left alone. A message above a lower one that
-// is still running is found once that one settles. The sweep waits while
-// the notifier's consumer has advisories to handle, so an outage of
-// Telegram does not pile copies up behind it.
+// runner consumer, and a work queue removes the acked ones, so a message
+// still in JOBS is used up when it is at or below the consumer's ack
+// floor, or when it was delivered and nothing is pending. (nats-server
+// 2.15 keeps the ack floor below a used-up message while a later one is
+// pending, so on a busy queue the message is found once the queue goes
+// quiet.) Each found is published to JOBS_ADVISORIES as the advisory
+// JetStream would have sent, deduplicated by its sequence, and handled by
+// the same loop as the real ones, one at a time: a job whose real
+// advisory came too is found gone from JOBS and left alone. The sweep
+// waits while the notifier's consumer has advisories to handle, so an
+// outage of Telegram does not pile copies up behind it.
 func (n *Notifier) sweep(ctx context.Context, every time.Duration, swept func(found int)) {
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -11,7 +11,6 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
@@ -19,7 +18,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
 // client is one user's connection, with the permission violations the
 // server reported to it.

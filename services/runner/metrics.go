@@ -185,11 +185,11 @@ func (r *Runner) prepareTimed(ctx context.Context, log *zap.Logger, job *proto.J
 	return co, err
 }
 
-// runAgentTimed is agent.Run, counted among the agents running and timed.
+// runAgentTimed runs the agent, counted among the agents running and timed.
 func (r *Runner) runAgentTimed(ctx context.Context, job *proto.Job, spec agent.Spec) agent.Result {
 	m := r.metrics
 	m.running.Inc()
-	res := agent.Run(ctx, spec)
+	res := r.agents.Run(ctx, spec)
 	m.running.Dec()
 	kind, _ := m.labels(job)
 	m.agentDur.WithLabelValues(kind).Observe(res.Duration.Seconds())

@@ -95,6 +95,8 @@ type Runner struct {
 	// holds the projects' slots besides the task locks (fairness.go).
 	jobsStream jetstream.Stream
 	fair       fairness
+	// agents keeps agent supervisors started ahead of the jobs.
+	agents *agent.Pool
 }
 
 // Run pulls and runs jobs until ctx is cancelled, then stops taking jobs,
@@ -215,5 +217,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}); err != nil {
 		return err
 	}
+	// Supervisors started ahead take a Go program's start off every
+	// job's dispatch (agent/warm.go): as many as two jobs arriving at
+	// once use, each an idle process of a few MiB; a third starts its own.
+	r.agents = agent.NewPool(min(cfg.MaxConcurrency, 2))
+	defer r.agents.Close()
 	return r.consume(ctx, cons)
 }

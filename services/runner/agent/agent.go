@@ -10,11 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"slices"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -69,15 +65,19 @@ type Result struct {
 
 // Run starts the agent and waits for it. Cancelling ctx stops the whole
 // process group: SIGTERM, then SIGKILL after KillGrace. Whatever way the
-// agent ends, every process it started is killed and reaped.
-func Run(ctx context.Context, s Spec) Result {
+// agent ends, every process it started is killed and reaped. Its
+// supervisor is started for it; Pool.Run takes one started ahead.
+func Run(ctx context.Context, s Spec) Result { return (*Pool)(nil).Run(ctx, s) }
+
+// Run is Run, with a supervisor of the pool's when one is waiting.
+func (p *Pool) Run(ctx context.Context, s Spec) Result {
 	start := time.Now()
-	res := run(ctx, s)
+	res := p.run(ctx, s)
 	res.Duration = time.Since(start)
 	return res
 }
 
-func run(ctx context.Context, s Spec) Result {
+func (p *Pool) run(ctx context.Context, s Spec) Result {
 	if len(s.Argv) == 0 {
 		return Result{ExitCode: -1, Err: errors.New("empty agent command")}
 	}
@@ -104,14 +104,6 @@ func run(ctx context.Context, s Spec) Result {
 	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
 		return Result{ExitCode: -1, Err: fmt.Errorf("rewinding stdin file: %w", err)}
 	}
-	// ctlR goes to the supervisor; ctlW stays here, and its closing (by
-	// us, or by the kernel when this process dies) tells the supervisor
-	// the runner is gone. See supervisor.go.
-	ctlR, ctlW, err := os.Pipe()
-	if err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("creating control pipe: %w", err)}
-	}
-	defer ctlW.Close()
 
 	// out is where the agent writes; notes is where the runner adds its
 	// own lines after the agent's output.
@@ -128,39 +120,23 @@ func run(ctx context.Context, s Spec) Result {
 	}
 
 	grace := max(s.KillGrace, 0)
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       append([]string{supervisorName}, s.Argv...),
-		Dir:        s.Dir,
-		Env:        append(slices.Clip(s.Env), supervisorEnv+"="+strconv.FormatInt(int64(grace), 10)),
-		Stdin:      stdin,
-		Stdout:     out,
-		Stderr:     out,
-		ExtraFiles: []*os.File{ctlR},
-		SysProcAttr: &syscall.SysProcAttr{
-			// Its own session, and so its own group: a terminal's Ctrl-C
-			// reaches the runner only, which decides what happens to the
-			// agent, and the agent has no controlling terminal to push
-			// input into (TIOCSTI), confined or not.
-			Setsid: true,
-			// A second signal of the runner's death, besides the pipe.
-			Pdeathsig: syscall.SIGTERM,
-		},
+	sup, err := p.take()
+	if err == nil {
+		err = sup.send(order{Argv: s.Argv, Dir: s.Dir, Env: s.Env, Grace: grace}, stdin, out)
+		if err != nil {
+			sup.discard()
+			err = fmt.Errorf("telling the agent supervisor what to run: %w", err)
+		}
 	}
-	// Pdeathsig is bound to the thread that starts the child, and Go may
-	// retire threads: keep this goroutine on its thread until the
-	// supervisor is reaped.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
-		_ = ctlR.Close()
+	if err != nil {
 		if s.Drained != nil {
 			_ = unix.Close(outR)
 		}
-		fmt.Fprintf(notes, "orch: starting agent supervisor: %v\n", err)
+		fmt.Fprintf(notes, "orch: %v\n", err)
 		return Result{ExitCode: -1, Err: fmt.Errorf("starting agent: %w", err)}
 	}
-	_ = ctlR.Close()
+	defer sup.ctl.Close() // the end of file the supervisor reads if the runner goes
+	cmd := sup.cmd
 	if s.Notes != nil {
 		s.Notes.attach(logf, s.Drained)
 		defer s.Notes.attach(nil, nil)
@@ -174,7 +150,7 @@ func run(ctx context.Context, s Spec) Result {
 	}
 
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- sup.wait() }()
 
 	var timeout <-chan time.Time
 	if s.Timeout > 0 {

@@ -16,7 +16,12 @@ import (
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 
-func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(poolOwnerEnv) != "" {
+		poolOwner()
+	}
+	natstest.VerifyTestMain(m)
+}
 
 // script writes a sh script into dir and returns its argv.
 func script(t *testing.T, dir, body string) []string {

@@ -18,7 +18,8 @@ package agent
 // environment variable supervisorEnv, which this package's init function
 // recognises before main runs; any binary that links this package (the
 // runner, the local all-in-one, a test binary) is therefore a supervisor
-// too, with no hook to forget. The supervisor:
+// too, with no hook to forget. It is started ahead of its agent and told
+// what to run over its control socket (warm.go). The supervisor:
 //
 //   - is a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so descendants
 //     orphaned by the agent, including those that left the group with
@@ -26,8 +27,8 @@ package agent
 //     find and kill them;
 //   - starts the agent in a new process group with Pdeathsig SIGKILL, so the
 //     agent dies if the supervisor itself is killed;
-//   - holds the read end of a pipe whose only write end is held by the
-//     runner. When the runner dies in any way, including SIGKILL, the kernel
+//   - holds one end of a socket whose other end only the runner holds.
+//     When the runner dies in any way, including SIGKILL, the kernel
 //     closes that end and the supervisor reads EOF: it SIGKILLs the agent's
 //     group and every process re-parented to it, and exits. The supervisor
 //     also has Pdeathsig SIGTERM as a second, independent signal of the
@@ -59,37 +60,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// supervisorEnv marks a process started as an agent supervisor. Its value
-// is the kill grace in nanoseconds.
+// supervisorEnv marks a process started as an agent supervisor; its value
+// does not matter. It is the only variable of a supervisor's own
+// environment: the agent's comes with its order (warm.go).
 const supervisorEnv = "ORCH_INTERNAL_AGENT_SUPERVISOR"
 
 // supervisorName is the supervisor's argv[0], as ps shows it.
 const supervisorName = "orch-agent-supervisor"
 
-// ctlFD is the descriptor of the pipe from the runner: EOF on it means the
-// runner is gone.
+// ctlFD is the descriptor of the control socket from the runner: the
+// order comes on it, and its end of file means the runner is gone.
 const ctlFD = 3
 
 func init() {
-	v, ok := os.LookupEnv(supervisorEnv)
-	if !ok {
+	if _, ok := os.LookupEnv(supervisorEnv); !ok {
 		return
 	}
 	// init runs on the main goroutine locked to the main thread, and os.Exit
 	// ends the process before it could be unlocked: the agent's Pdeathsig,
 	// which is bound to the thread that started it, fires only when the
 	// supervisor really dies.
-	os.Exit(supervise(v, os.Args[1:]))
+	os.Exit(supervise())
 }
 
-// supervise runs argv as the agent and returns the supervisor's exit code.
-func supervise(graceNS string, argv []string) int {
-	grace, err := strconv.ParseInt(graceNS, 10, 64)
-	if err != nil || len(argv) == 0 {
-		fmt.Fprintf(os.Stderr, "orch: bad supervisor invocation %q %q\n", graceNS, argv)
-		return 126
-	}
-	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's pipe
+// supervise waits for its order, runs the agent and returns the
+// supervisor's exit code.
+func supervise() int {
+	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's socket
 	ctl := os.NewFile(ctlFD, "orch-ctl")
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
@@ -97,14 +94,40 @@ func supervise(graceNS string, argv []string) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, supervisorEnv+"=") {
-			env = append(env, kv)
+	o, files, err := receive(ctl)
+	if len(files) == 2 {
+		// The agent's standard streams are the supervisor's from now on,
+		// so that its own words reach the job's log too.
+		_ = unix.Dup3(files[0], 0, 0)
+		_ = unix.Dup3(files[1], 1, 0)
+		_ = unix.Dup3(files[1], 2, 0)
+	}
+	for _, fd := range files {
+		_ = unix.Close(fd)
+	}
+	switch {
+	case errors.Is(err, io.EOF):
+		return 0 // the runner is gone, or needs no agent of this one
+	case err != nil || len(o.Argv) == 0:
+		fmt.Fprintf(os.Stderr, "orch: bad supervisor order %+v: %v\n", o, err)
+		return 126
+	}
+
+	// The agent's directory and environment become the supervisor's
+	// too, so that its program is looked up as the agent's own shell
+	// would (PATH, a path relative to the directory).
+	if err := os.Chdir(o.Dir); err != nil {
+		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		return 127
+	}
+	os.Clearenv()
+	for _, kv := range o.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			_ = os.Setenv(k, v)
 		}
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = env
+	cmd := exec.Command(o.Argv[0], o.Argv[1:]...)
+	cmd.Env = o.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -123,7 +146,7 @@ func supervise(graceNS string, argv []string) int {
 	case <-runnerGone:
 	case <-sigs:
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		t := time.NewTimer(time.Duration(grace))
+		t := time.NewTimer(o.Grace)
 		select {
 		case <-done:
 		case <-runnerGone:

@@ -27,10 +27,6 @@ const InitEnv = "ORCH_INTERNAL_SANDBOX_INIT"
 // rlimits and exec it; its value is "<data bytes> <nproc>".
 const LimitsEnv = "ORCH_INTERNAL_AGENT_RLIMITS"
 
-// supervisorEnv is package agent's mark of its supervisor (agent imports
-// nothing of this package's, nor this package of agent's).
-const supervisorEnv = "ORCH_INTERNAL_AGENT_SUPERVISOR"
-
 // The probe's exchange with init.
 const (
 	ProbeValue  = "probe"
@@ -84,12 +80,9 @@ func init() {
 		// in os.Exit's hooks on every job.
 		syscall.Exit(runInit(v, os.Args[1:]))
 	}
-	// The supervisor (package agent), started with the agent's
-	// environment, passes the rlimits on: the step is the process it
-	// starts.
-	if _, supervisor := os.LookupEnv(supervisorEnv); supervisor {
-		return
-	}
+	// (A supervisor of package agent starts with nothing but its own
+	// mark in its environment; the agent's, LimitsEnv among it, comes
+	// later, for the process it starts: the rlimits step.)
 	if v, ok := os.LookupEnv(LimitsEnv); ok {
 		os.Exit(execLimited(v, os.Args[1:]))
 	}

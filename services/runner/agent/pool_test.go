@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/testkit"
+	"github.com/orch-dev/orch/services/runner/agent"
+)
+
+// poolOwnerEnv makes the test binary a process that keeps a pool of
+// supervisors and waits to be killed (poolOwner).
+const poolOwnerEnv = "ORCH_TEST_POOL_OWNER"
+
+// poolOwner keeps a pool of two waiting supervisors, says so on stdout
+// and waits for its end.
+func poolOwner() {
+	p := agent.NewPool(2)
+	defer p.Close()
+	fmt.Println("ready")
+	select {}
+}
+
+// supervisorsOf lists the supervisors whose parent is ppid.
+func supervisorsOf(ppid int) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		i := strings.LastIndexByte(string(stat), ')')
+		if !strings.HasPrefix(string(cmdline), "orch-agent-supervisor\x00") || i < 0 {
+			continue
+		}
+		if f := strings.Fields(string(stat)[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(ppid) && agent.Alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Agents run through supervisors started ahead, one after another and
+// several at once, each with its own directory, environment, input and
+// output; Close leaves no supervisor behind.
+func TestPoolRunsAgents(t *testing.T) {
+	p := agent.NewPool(2)
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if n := len(supervisorsOf(os.Getpid())); n != 2 {
+			return fmt.Errorf("%d supervisors waiting, want 2", n)
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	argv := script(t, dir, `read line; echo "$line in $(pwd) with $ORCH_N"; echo err >&2; exit $ORCH_N`)
+	results := make(chan error, 5)
+	for n := range 5 {
+		go func() {
+			s := spec(t, argv)
+			s.Stdin = fmt.Sprintf("task %d\n", n)
+			s.Env = append(s.Env, "ORCH_N="+strconv.Itoa(n))
+			res := p.Run(context.Background(), s)
+			log, _ := os.ReadFile(s.LogPath)
+			want := fmt.Sprintf("task %d in %s with %d\nerr\n", n, s.Dir, n)
+			switch {
+			case res.ExitCode != n:
+				results <- fmt.Errorf("run %d: %+v, want exit %d", n, res, n)
+			case string(log) != want:
+				results <- fmt.Errorf("run %d: log %q, want %q", n, log, want)
+			default:
+				results <- nil
+			}
+		}()
+	}
+	for range 5 {
+		if err := <-results; err != nil {
+			t.Error(err)
+		}
+	}
+	p.Close()
+	if left := supervisorsOf(os.Getpid()); len(left) > 0 {
+		t.Errorf("supervisors %v left after Close", left)
+	}
+}
+
+// A supervisor still waiting for its agent ends with its runner, even a
+// SIGKILLed one.
+func TestPoolEndsWithItsOwner(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), poolOwnerEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("pool owner said %q, %v", buf, err)
+	}
+	var waiting []int
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if waiting = supervisorsOf(cmd.Process.Pid); len(waiting) != 2 {
+			return fmt.Errorf("%d supervisors waiting, want 2", len(waiting))
+		}
+		return nil
+	})
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	testkit.WaitGone(t, agent.Alive, waiting...)
+}

@@ -1,0 +1,265 @@
+package agent
+
+// Supervisors started ahead.
+//
+// A supervisor is the runner's own binary re-executed (supervisor.go), and
+// a Go program's start (loading the binary, the runtime, every package's
+// initialisation) is most of what an agent's start costs: several
+// milliseconds of CPU on every job, more than the agent's own exec. So a
+// supervisor is started before it has an agent to run, and waits: its
+// control socket (fd 3, a unix stream socket whose other end the runner
+// holds) brings it one message, the agent's argv, directory, environment
+// and kill grace, with the agent's standard input and output as passed
+// descriptors (SCM_RIGHTS). Until then it runs nothing and holds nothing
+// of a job's: its own environment names only itself, and its standard
+// streams are /dev/null.
+//
+// The guarantees of supervisor.go hold from its start, warm or not: the
+// socket's end of file is the runner's death (a supervisor still waiting
+// just exits), and Pdeathsig is bound to a thread that the starting
+// goroutine keeps locked until the supervisor is reaped.
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// order is what a supervisor is told to run.
+type order struct {
+	Argv  []string      `json:"argv"`
+	Dir   string        `json:"dir"`
+	Env   []string      `json:"env"`
+	Grace time.Duration `json:"grace"`
+}
+
+// maxOrder bounds an order's size: an argv and environment the kernel
+// would refuse to exec are far smaller.
+const maxOrder = 16 << 20
+
+// supervisor is a started supervisor process, from the runner's side.
+type supervisor struct {
+	cmd *exec.Cmd
+	// ctl is the runner's end of the control socket.
+	ctl *os.File
+	// reaped is closed once cmd.Wait has returned: the thread that
+	// started the process may go.
+	reaped chan struct{}
+}
+
+// startSupervisor starts a supervisor that waits for its order.
+func startSupervisor() (*supervisor, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("creating control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "orch-ctl"), os.NewFile(uintptr(fds[1]), "orch-ctl")
+	defer theirs.Close()
+	s := &supervisor{ctl: ours, reaped: make(chan struct{})}
+	s.cmd = &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{supervisorName},
+		Dir:        "/",
+		Env:        []string{supervisorEnv + "=1"},
+		ExtraFiles: []*os.File{theirs},
+		SysProcAttr: &syscall.SysProcAttr{
+			// Its own session, and so its own group: a terminal's Ctrl-C
+			// reaches the runner only, which decides what happens to the
+			// agent, and the agent has no controlling terminal to push
+			// input into (TIOCSTI), confined or not.
+			Setsid: true,
+			// A second signal of the runner's death, besides the socket.
+			Pdeathsig: syscall.SIGTERM,
+		},
+	}
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig is bound to the thread that starts the child, and Go
+		// may retire threads: this one stays until the supervisor is
+		// reaped.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := s.cmd.Start()
+		started <- err
+		if err == nil {
+			<-s.reaped
+		}
+	}()
+	if err := <-started; err != nil {
+		_ = ours.Close()
+		return nil, fmt.Errorf("starting agent supervisor: %w", err)
+	}
+	return s, nil
+}
+
+// send gives the supervisor its order, with stdin and out (the agent's
+// stdout and stderr) as descriptors.
+func (s *supervisor) send(o order, stdin, out *os.File) error {
+	body, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	msg := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+	msg = append(msg, body...)
+	rights := unix.UnixRights(int(stdin.Fd()), int(out.Fd()))
+	// A blocking stream socket takes the whole message, the descriptors
+	// with its first byte.
+	for {
+		err = unix.Sendmsg(int(s.ctl.Fd()), msg, rights, nil, unix.MSG_NOSIGNAL)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	runtime.KeepAlive(stdin)
+	runtime.KeepAlive(out)
+	return err
+}
+
+// wait reaps the supervisor.
+func (s *supervisor) wait() error {
+	err := s.cmd.Wait()
+	close(s.reaped)
+	return err
+}
+
+// discard ends a supervisor that got no order: the end of file on its
+// socket ends it.
+func (s *supervisor) discard() {
+	_ = s.ctl.Close()
+	_ = s.wait()
+}
+
+// receive reads the supervisor's order and its descriptors from ctl.
+func receive(ctl *os.File) (o order, files []int, err error) {
+	fd := int(ctl.Fd())
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	var n, oobn int
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return o, nil, err
+	}
+	if n == 0 {
+		return o, nil, io.EOF
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err == nil && len(msgs) == 1 {
+		files, err = unix.ParseUnixRights(&msgs[0])
+	}
+	if err != nil || len(files) != 2 {
+		return o, files, fmt.Errorf("order without its two descriptors (%v)", err)
+	}
+	// The rest of the message, if one read did not bring it all.
+	msg := buf[:n]
+	for len(msg) < 4 {
+		if msg, err = readMore(ctl, msg, 4); err != nil {
+			return o, files, err
+		}
+	}
+	size := int(binary.BigEndian.Uint32(msg))
+	if size > maxOrder {
+		return o, files, fmt.Errorf("order of %d bytes", size)
+	}
+	for len(msg) < 4+size {
+		if msg, err = readMore(ctl, msg, 4+size); err != nil {
+			return o, files, err
+		}
+	}
+	return o, files, json.Unmarshal(msg[4:4+size], &o)
+}
+
+// readMore reads into msg until it holds want bytes or the socket ends.
+func readMore(r io.Reader, msg []byte, want int) ([]byte, error) {
+	more := make([]byte, want-len(msg))
+	n, err := io.ReadFull(r, more)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return append(msg, more[:n]...), err
+}
+
+// Pool keeps supervisors started ahead of the agents they will run, so
+// that an agent's start pays for no Go program's start. Its Run is Run's;
+// a Run that finds none waiting starts one as Run does. A nil Pool keeps
+// none.
+type Pool struct {
+	ready  chan *supervisor
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewPool keeps size supervisors waiting, starting the next as soon as
+// one is taken, until Close.
+func NewPool(size int) *Pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	// The filler holds one more, waiting to hand it over.
+	p := &Pool{ready: make(chan *supervisor, max(size-1, 0)), cancel: cancel, done: make(chan struct{})}
+	go p.fill(ctx)
+	return p
+}
+
+// fill starts supervisors while the pool has room for them. One that
+// cannot start is tried again after a second; the job that finds none
+// waiting starts its own and reports why it could not.
+func (p *Pool) fill(ctx context.Context) {
+	defer close(p.done)
+	for ctx.Err() == nil {
+		s, err := startSupervisor()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		select {
+		case p.ready <- s:
+		case <-ctx.Done():
+			s.discard()
+		}
+	}
+}
+
+// Close ends the supervisors still waiting, and stops starting more.
+func (p *Pool) Close() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+	for {
+		select {
+		case s := <-p.ready:
+			s.discard()
+		default:
+			return
+		}
+	}
+}
+
+// take is a waiting supervisor, or a new one.
+func (p *Pool) take() (*supervisor, error) {
+	if p != nil {
+		select {
+		case s := <-p.ready:
+			return s, nil
+		default:
+		}
+	}
+	return startSupervisor()
+}

@@ -120,8 +120,9 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 	}
 
 	grace := max(s.KillGrace, 0)
-	sup, err := p.take()
+	sup, put, err := p.take()
 	if err == nil {
+		defer put()
 		err = sup.send(order{Argv: s.Argv, Dir: s.Dir, Env: s.Env, Grace: grace}, stdin, out)
 		if err != nil {
 			sup.discard()

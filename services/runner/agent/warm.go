@@ -197,40 +197,53 @@ func readMore(r io.Reader, msg []byte, want int) ([]byte, error) {
 // that an agent's start pays for no Go program's start. Its Run is Run's;
 // a Run that finds none waiting starts one as Run does. A nil Pool keeps
 // none.
+//
+// The supervisor that replaces one taken is started when that one's run
+// ends, not when it is taken: a Go program's start takes the CPU of a
+// core for some milliseconds, and an agent starting beside it on a
+// two-core machine would wait for it.
 type Pool struct {
-	ready  chan *supervisor
+	ready chan *supervisor
+	// room holds a token for each supervisor the pool is to start.
+	room   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// NewPool keeps size supervisors waiting, starting the next as soon as
-// one is taken, until Close.
+// NewPool keeps size supervisors waiting, until Close.
 func NewPool(size int) *Pool {
+	size = max(size, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	// The filler holds one more, waiting to hand it over.
-	p := &Pool{ready: make(chan *supervisor, max(size-1, 0)), cancel: cancel, done: make(chan struct{})}
+	p := &Pool{ready: make(chan *supervisor, size), room: make(chan struct{}, size), cancel: cancel, done: make(chan struct{})}
+	for range size {
+		p.room <- struct{}{}
+	}
 	go p.fill(ctx)
 	return p
 }
 
-// fill starts supervisors while the pool has room for them. One that
-// cannot start is tried again after a second; the job that finds none
-// waiting starts its own and reports why it could not.
+// fill starts a supervisor for each token of room. One that cannot start
+// is tried again after a second; the job that finds none waiting starts
+// its own and reports why it could not.
 func (p *Pool) fill(ctx context.Context) {
 	defer close(p.done)
-	for ctx.Err() == nil {
-		s, err := startSupervisor()
-		if err != nil {
+	for {
+		select {
+		case <-p.room:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			s, err := startSupervisor()
+			if err == nil {
+				p.ready <- s // never blocks: there are no more than size
+				break
+			}
 			select {
 			case <-ctx.Done():
+				return
 			case <-time.After(time.Second):
 			}
-			continue
-		}
-		select {
-		case p.ready <- s:
-		case <-ctx.Done():
-			s.discard()
 		}
 	}
 }
@@ -252,14 +265,24 @@ func (p *Pool) Close() {
 	}
 }
 
-// take is a waiting supervisor, or a new one.
-func (p *Pool) take() (*supervisor, error) {
+// take is a waiting supervisor, or a new one; put is to be called when
+// its run ends.
+func (p *Pool) take() (s *supervisor, put func(), err error) {
 	if p != nil {
 		select {
 		case s := <-p.ready:
-			return s, nil
+			return s, p.put, nil
 		default:
 		}
 	}
-	return startSupervisor()
+	s, err = startSupervisor()
+	return s, func() {}, err
+}
+
+// put asks for a supervisor in place of one whose run ended.
+func (p *Pool) put() {
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
 }

@@ -1,0 +1,48 @@
+package agent_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/services/runner/agent"
+)
+
+// BenchmarkStart is one run of a no-op agent (true) from start to end:
+// straight through os/exec (the least an agent's start costs), through a
+// supervisor started for it (Run), and through one started ahead
+// (Pool.Run).
+func BenchmarkStart(b *testing.B) {
+	dir := b.TempDir()
+	s := agent.Spec{Argv: []string{"true"}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, LogPath: filepath.Join(dir, "log")}
+	b.Run("exec", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			if res := agent.Run(context.Background(), s); res.Err != nil {
+				b.Fatal(res.Err)
+			}
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		p := agent.NewPool(2)
+		defer p.Close()
+		for b.Loop() {
+			// The pool starts the next supervisor after each take: give
+			// it the time that passes between two jobs.
+			b.StopTimer()
+			time.Sleep(100 * time.Millisecond)
+			b.StartTimer()
+			if res := p.Run(context.Background(), s); res.Err != nil {
+				b.Fatal(res.Err)
+			}
+		}
+	})
+}

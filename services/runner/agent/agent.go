@@ -120,10 +120,15 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 	}
 
 	grace := max(s.KillGrace, 0)
+	dir := s.Dir
+	if dir == "" {
+		// The runner's own, as a process it started would have.
+		dir, _ = os.Getwd()
+	}
 	sup, put, err := p.take()
 	if err == nil {
 		defer put()
-		err = sup.send(order{Argv: s.Argv, Dir: s.Dir, Env: s.Env, Grace: grace}, stdin, out)
+		err = sup.send(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace}, stdin, out)
 		if err != nil {
 			sup.discard()
 			err = fmt.Errorf("telling the agent supervisor what to run: %w", err)

@@ -13,7 +13,8 @@ import (
 // BenchmarkStart is one run of a no-op agent (true) from start to end:
 // straight through os/exec (the least an agent's start costs), through a
 // supervisor started for it (Run), and through one started ahead
-// (Pool.Run).
+// (Pool.Run). On a 2-core VM where a process start is slow (bash runs
+// /bin/true in 4 ms): about 2.3, 22 and 7 ms.
 func BenchmarkStart(b *testing.B) {
 	dir := b.TempDir()
 	s := agent.Spec{Argv: []string{"true"}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}, LogPath: filepath.Join(dir, "log")}

@@ -272,8 +272,24 @@ func (e *env) pid(name string) int {
 // in ORCH_TASK_FILE, which every process of a test's agent inherits); pid
 // itself when that is a process of the host's namespace, as an
 // unconfined agent's is.
+//
+// A pid file written right after a fork ("sleep 300 & echo $! > f") may
+// name a process still in its exec, whose environment reads empty for a
+// moment: it is looked for again until it is found, for 10 s at most.
 func hostPid(t *testing.T, dir string, pid int) int {
 	t.Helper()
+	var host int
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if host = findHostPid(dir, pid); host == 0 {
+			return fmt.Errorf("no live process is pid %d of a sandbox of this test's", pid)
+		}
+		return nil
+	})
+	return host
+}
+
+// findHostPid is hostPid's one look through /proc; 0 when none is found.
+func findHostPid(dir string, pid int) int {
 	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err == nil && len(nsPids(pid)) == 1 && strings.Contains(string(env), dir) {
 		return pid
 	}
@@ -291,7 +307,6 @@ func hostPid(t *testing.T, dir string, pid int) int {
 			return host
 		}
 	}
-	t.Fatalf("no live process is pid %d of a sandbox of this test's", pid)
 	return 0
 }
 

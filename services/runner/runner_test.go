@@ -69,7 +69,13 @@ func TestRetryDelay(t *testing.T) {
 func TestConcurrencyAcrossRunners(t *testing.T) {
 	e := newEnv(t, "")
 	tr := e.track()
-	agentCmd := e.script("SLEEP=0.4\n" + trackedAgent)
+	// The first agents wait (30 s at most) until three runs have started,
+	// so that the limit is reached however slowly a loaded machine starts
+	// them; the later ones do not wait.
+	agentCmd := e.script("SLEEP=0.4\n" + `touch $RUNS/began.$ORCH_JOB_ID.$ORCH_ATTEMPT
+i=0
+while [ "$(ls $RUNS | grep -c '^began\.')" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+` + trackedAgent)
 	for _, name := range []string{"r1", "r2"} {
 		cfg := e.config(name, agentCmd)
 		cfg.MaxConcurrency = 3

@@ -23,7 +23,7 @@ const clockSkew = time.Second
 // the remote as it was when the job was made, so a fetch that began since
 // is enough; a retry fetches anew.
 func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) (workspace.Checkout, error) {
-	repo := workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch, Sparse: p.SparseCheckout}
+	repo := repoOf(p)
 	want := workspace.Want{Task: job.Task.ID, HeadBranch: job.Task.Branch, HeadSHA: job.Task.HeadSHA, PR: job.Task.PR, Fork: job.Task.FromFork}
 	if attempt == 1 && !job.CreatedAt.IsZero() {
 		want.Since = job.CreatedAt.Add(clockSkew)
@@ -40,6 +40,20 @@ func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p
 		log.Info("worktree prepared", fields...)
 	}
 	return co, nil
+}
+
+// repoOf is where p's code comes from.
+func repoOf(p *registry.Project) workspace.Repo {
+	return workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch, Sparse: p.SparseCheckout}
+}
+
+// makeSpare makes p's spare worktree ready for its next new task (see
+// workspace.MakeSpare). It is only a head start: a failure is logged, and
+// the next new task adds its worktree itself.
+func (r *Runner) makeSpare(ctx context.Context, log *zap.Logger, p *registry.Project) {
+	if err := r.ws.MakeSpare(ctx, repoOf(p)); err != nil {
+		log.Warn("making the spare worktree", zap.Error(err))
+	}
 }
 
 // promptData is what the task template of job sees, prepared in co.

@@ -102,6 +102,11 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 
+	// Once the job is settled and its locks released, the project's
+	// spare worktree is made ready for its next new task, off the path of
+	// this job and of the next (a no-op while the spare is current).
+	defer r.makeSpare(ctx, log, p)
+
 	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
 	jobCtx, stopJob := context.WithCancelCause(ctx)
 	defer stopJob(nil)

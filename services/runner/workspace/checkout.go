@@ -317,6 +317,9 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 		// A branch made from its own remote branch tracks it, as the
 		// worktree's job wants (see bringToHead), without another git
 		// process to say so.
+		if takeSpare(w.repo(repo.Project), gitDir, dir, branch, start, repo.Sparse) {
+			return start, nil
+		}
 		track := "--no-track"
 		if start == "refs/remotes/origin/"+branch {
 			track = "--track"

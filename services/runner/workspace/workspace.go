@@ -53,6 +53,8 @@ type repoState struct {
 	// url is the clone_url the clone was made or last set to by this
 	// process: the clone is looked at again only when it changes.
 	url string
+	// spare is the clone's spare worktree (spare.go), nil for none.
+	spare *spare
 }
 
 // Repo says where a project's code comes from.
@@ -259,10 +261,15 @@ func removeAll(dir string) error {
 }
 
 // Clean removes what a crashed run left behind: git's lock files in every
-// clone (index.lock, HEAD.lock, refs/**/*.lock, ...), half-made clones, and
-// worktree records whose directory is gone. It returns the lock files it
+// clone (index.lock, HEAD.lock, refs/**/*.lock, ...), half-made clones,
+// spare worktrees, and worktree records whose directory is gone. It returns the lock files it
 // removed. Call it at start, before any job runs.
 func (w *Workspace) Clean(ctx context.Context) ([]string, error) {
+	// Spare worktrees are made again (spare.go); their records go with
+	// the prune below.
+	if err := os.RemoveAll(filepath.Join(w.Root, "spares")); err != nil {
+		return nil, fmt.Errorf("removing spare worktrees: %w", err)
+	}
 	reposDir := filepath.Join(w.Root, "repos")
 	entries, err := os.ReadDir(reposDir)
 	if errors.Is(err, fs.ErrNotExist) {

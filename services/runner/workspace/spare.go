@@ -1,0 +1,213 @@
+package workspace
+
+// Spare worktrees.
+//
+// A new task's first job used to pay "git worktree add": a git process
+// and a checkout of the whole tree (or of its sparse part) while a person
+// waits for the agent. Instead, each project's clone can keep one spare
+// worktree, checked out ahead at the default branch's remote head
+// (detached, sparse as the registry says), and a new task whose branch
+// would start at that very commit takes it: the directory is renamed to
+// the task's, the worktree's record pointed at its new place, and the
+// task's branch made at that commit and checked out, all in-process, with
+// no file of the tree written. git's index keeps each file's stat data,
+// which a rename of the directory above does not change, so the worktree
+// is as clean as git left it. A new task that starts anywhere else gets
+// "worktree add" as before.
+//
+// MakeSpare makes the next one off the job's path (the runner calls it
+// when a job ends); a spare whose commit the remote has left behind is
+// made again there. Spares live in <root>/spares/<project>, which Clean
+// empties at start, so a crash leaves nothing a later run could take for
+// a task's worktree.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// spare is the spare worktree of a project's clone, as this process made
+// it.
+type spare struct {
+	dir    string
+	commit string
+	sparse []string
+}
+
+// spareDir is where project's spare worktree is made.
+func (w *Workspace) spareDir(project string) (string, error) {
+	return w.inside("spares", project)
+}
+
+// MakeSpare makes project's spare worktree at the default branch's remote
+// head, unless one is there already at that head with the same sparse
+// directories. A project with no clone yet has none.
+func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
+	gitDir, err := w.RepoDir(repo.Project)
+	if err != nil {
+		return err
+	}
+	dir, err := w.spareDir(repo.Project)
+	if err != nil {
+		return err
+	}
+	rs := w.repo(repo.Project)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.url != repo.CloneURL {
+		return nil // no clone this process set up for this URL
+	}
+	start := "refs/remotes/origin/" + repo.DefaultBranch
+	commit, err := readRef(gitDir, start)
+	if err != nil || !isOID(commit) {
+		return nil // the readers cannot say: no spare, "worktree add" stays
+	}
+	if s := rs.spare; s != nil && s.commit == commit && slices.Equal(s.sparse, repo.Sparse) {
+		return nil
+	}
+	rs.spare = nil
+	if _, err := os.Stat(dir); err == nil {
+		if _, err := git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir); err != nil {
+			if err := os.RemoveAll(dir); err != nil {
+				return fmt.Errorf("removing the old spare worktree: %w", err)
+			}
+			if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("creating the spare worktree's parent: %w", err)
+	}
+	add := []string{"worktree", "add", "--quiet", "--detach"}
+	if len(repo.Sparse) > 0 {
+		add = append(add, "--no-checkout")
+	}
+	if _, err := git(ctx, gitDir, append(add, dir, commit)...); err != nil {
+		return fmt.Errorf("adding the spare worktree of %s: %w", repo.Project, err)
+	}
+	if len(repo.Sparse) > 0 {
+		if err := sparseCheckout(ctx, dir, repo.Sparse); err != nil {
+			_, _ = git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir)
+			return err
+		}
+	}
+	rs.spare = &spare{dir: dir, commit: commit, sparse: slices.Clone(repo.Sparse)}
+	return nil
+}
+
+// takeSpare makes the spare worktree the task's at dir, on a new branch
+// at start, when the spare is at start's commit with the repository's
+// sparse directories; it reports whether it did. The caller holds rs.mu,
+// and branch does not exist.
+func takeSpare(rs *repoState, gitDir, dir, branch, start string, sparse []string) bool {
+	s := rs.spare
+	track := start == "refs/remotes/origin/"+branch
+	if s == nil || !slices.Equal(s.sparse, sparse) || track && strings.ContainsAny(branch, "\"\\\n") {
+		return false
+	}
+	if commit, err := readRef(gitDir, start); err != nil || commit != s.commit {
+		return false
+	}
+	own, err := worktreeGitDir(s.dir)
+	if err != nil {
+		rs.spare = nil
+		return false
+	}
+	if _, _, err := worktreeHead(own, gitDir); err != nil {
+		rs.spare = nil
+		return false
+	}
+	// From here on the spare is the task's, or gone.
+	rs.spare = nil
+	if err := os.Rename(s.dir, dir); err != nil {
+		return false
+	}
+	ok := writeFile(filepath.Join(own, "gitdir"), filepath.Join(dir, ".git")+"\n") == nil &&
+		createBranch(gitDir, branch, s.commit) == nil &&
+		writeFile(filepath.Join(own, "HEAD"), "ref: refs/heads/"+branch+"\n") == nil &&
+		(!track || setUpstream(gitDir, branch) == nil)
+	if !ok {
+		// Back where it was, for "worktree add" to run as ever; the
+		// spare itself is made again later.
+		_ = writeFile(filepath.Join(own, "gitdir"), filepath.Join(s.dir, ".git")+"\n")
+		_ = os.Rename(dir, s.dir)
+	}
+	return ok
+}
+
+// createBranch makes the loose ref refs/heads/<branch> at oid, as git
+// does: the lock file created exclusively, then renamed. A branch that
+// exists, loose or packed, is an error.
+func createBranch(gitDir, branch, oid string) error {
+	ref := "refs/heads/" + branch
+	if cur, err := readRef(gitDir, ref); err != nil || cur != "" || !isOID(oid) {
+		return fmt.Errorf("cannot create %s", ref)
+	}
+	p := filepath.Join(gitDir, filepath.FromSlash(ref))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(p+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = lock.WriteString(oid + "\n")
+	if cerr := lock.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(p+".lock", p)
+	}
+	if err != nil {
+		_ = os.Remove(p + ".lock")
+	}
+	return err
+}
+
+// setUpstream makes branch track origin/<branch>, as "worktree add
+// --track" does: a section appended to the clone's config under git's
+// lock (config.lock, created exclusively, renamed over the config).
+func setUpstream(gitDir, branch string) error {
+	cfg := filepath.Join(gitDir, "config")
+	old, err := os.ReadFile(cfg)
+	if err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(cfg+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		old = append(old, '\n')
+	}
+	_, err = lock.Write(append(old, fmt.Sprintf("[branch \"%s\"]\n\tremote = origin\n\tmerge = refs/heads/%s\n", branch, branch)...))
+	if cerr := lock.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(cfg+".lock", cfg)
+	}
+	if err != nil {
+		_ = os.Remove(cfg + ".lock")
+	}
+	return err
+}
+
+// writeFile replaces path's content with text: written aside, then
+// renamed over it.
+func writeFile(path, text string) error {
+	tmp := path + ".lock"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}

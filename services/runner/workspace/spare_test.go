@@ -1,0 +1,157 @@
+package workspace_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// A new task whose branch starts at the default branch's head takes the
+// spare worktree without running git; git then sees the worktree as it
+// would one "worktree add" made: on the task's branch, clean, listed at
+// its place, tracking origin's branch when the task's branch is there,
+// and a commit in it moves the branch. A spare the remote left behind is
+// not taken, and is made again at the new head.
+func TestSpareBecomesANewTask(t *testing.T) {
+	ctx := context.Background()
+	o, _ := newOrigin(t)
+	ws, repo := o.setup()
+	before := time.Now() // the new tasks' events, which the first job's fetch follows
+	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	spareDir := filepath.Join(ws.Root, "spares", "widgets")
+	main := o.head("main")
+	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {
+		t.Fatalf("spare at %s, want main's head %s", got, main)
+	}
+
+	co, ran := gitCalls(t, func() (workspace.Checkout, error) {
+		return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-2", Since: before})
+	})
+	if len(ran) != 0 {
+		t.Errorf("the new task ran git:\n%s", strings.Join(ran, "\n"))
+	}
+	if co.Head != main || co.Branch != "agent/wid-2" || co.Unpushed != 0 || len(co.Notes) != 0 {
+		t.Fatalf("new task: %+v, want agent/wid-2 at main %s and no notes", co, main)
+	}
+	if _, err := os.Stat(spareDir); !os.IsNotExist(err) {
+		t.Errorf("the spare is still there after it was taken: %v", err)
+	}
+	clone, _ := ws.RepoDir("widgets")
+	if got := gitOut(t, co.Dir, "symbolic-ref", "HEAD"); got != "refs/heads/agent/wid-2" {
+		t.Errorf("HEAD is %s", got)
+	}
+	if st := gitOut(t, co.Dir, "status", "--porcelain"); st != "" {
+		t.Errorf("status of the taken spare: %q", st)
+	}
+	if list := gitOut(t, clone, "worktree", "list", "--porcelain"); !strings.Contains(list, "worktree "+co.Dir+"\n") || !strings.Contains(list, "branch refs/heads/agent/wid-2") {
+		t.Errorf("git worktree list does not show the task's worktree:\n%s", list)
+	}
+	if pruned := gitOut(t, clone, "worktree", "prune", "--dry-run", "--verbose"); pruned != "" {
+		t.Errorf("git would prune: %s", pruned)
+	}
+	write(t, filepath.Join(co.Dir, "work.txt"), "work\n")
+	gitOut(t, co.Dir, "add", "work.txt")
+	gitOut(t, co.Dir, "commit", "-q", "-m", "work")
+	if b, h := gitOut(t, clone, "rev-parse", "refs/heads/agent/wid-2"), gitOut(t, co.Dir, "rev-parse", "HEAD"); b != h || h == main {
+		t.Errorf("after a commit the branch is at %s, HEAD at %s", b, h)
+	}
+
+	// A task whose branch origin has (at main's head) tracks it.
+	gitOut(t, o.author, "push", "-q", "origin", main+":refs/heads/agent/wid-3")
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	co = prepare(t, ws, repo, workspace.Want{Task: "wid-3", HeadBranch: "agent/wid-3", HeadSHA: main, Since: time.Now()})
+	if _, err := os.Stat(spareDir); !os.IsNotExist(err) {
+		t.Errorf("the spare was not taken for a task at main's head: %v", err)
+	}
+	if up := gitOut(t, co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); up != "origin/agent/wid-3" || co.Upstream != up {
+		t.Errorf("upstream %q (checkout says %q), want origin/agent/wid-3", up, co.Upstream)
+	}
+
+	// The remote moves on: the spare made before is not taken, and the
+	// next one is at the new head.
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, o.author, "checkout", "-q", "main")
+	newMain := o.commit("next.txt", "next\n")
+	co, ran = gitCalls(t, func() (workspace.Checkout, error) {
+		return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-4", Since: time.Now()})
+	})
+	if co.Head != newMain || !strings.Contains(strings.Join(ran, "\n"), "git worktree add") {
+		t.Errorf("new task after the remote moved: head %s (want %s), git ran:\n%s", co.Head, newMain, strings.Join(ran, "\n"))
+	}
+	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {
+		t.Errorf("the stale spare moved to %s", got)
+	}
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != newMain {
+		t.Errorf("spare made again at %s, want %s", got, newMain)
+	}
+	if pruned := gitOut(t, clone, "worktree", "prune", "--dry-run", "--verbose"); pruned != "" {
+		t.Errorf("git would prune: %s", pruned)
+	}
+}
+
+// A sparse project's spare is sparse too, and one made with other
+// directories than the registry now names is not taken. Clean, at a
+// runner's start, removes a spare a crash left.
+func TestSpareSparseAndCleaned(t *testing.T) {
+	ctx := context.Background()
+	remote := filepath.Join(t.TempDir(), "remote")
+	if err := workspace.CreateRepo(ctx, remote, "main", map[string]string{"README.md": "hello\n", "api/main.go": "package main\n", "web/app.js": "app\n"}); err != nil {
+		t.Fatal(err)
+	}
+	ws := &workspace.Workspace{Root: t.TempDir()}
+	repo := workspace.Repo{Project: "mono", CloneURL: remote, DefaultBranch: "main", Sparse: []string{"api"}}
+	prepare(t, ws, repo, workspace.Want{Task: "wid-1"})
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	co, ran := gitCalls(t, func() (workspace.Checkout, error) { return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-2"}) })
+	if strings.Contains(strings.Join(ran, "\n"), "worktree add") {
+		t.Errorf("the sparse spare was not taken:\n%s", strings.Join(ran, "\n"))
+	}
+	for file, there := range map[string]bool{"README.md": true, "api/main.go": true, "web/app.js": false} {
+		if _, err := os.Stat(filepath.Join(co.Dir, file)); (err == nil) != there {
+			t.Errorf("%s in the worktree: %v, want %v", file, err == nil, there)
+		}
+	}
+	if st := gitOut(t, co.Dir, "status", "--porcelain"); st != "" {
+		t.Errorf("status: %q", st)
+	}
+
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	repo.Sparse = []string{"web"}
+	co, ran = gitCalls(t, func() (workspace.Checkout, error) { return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-3"}) })
+	if !strings.Contains(strings.Join(ran, "\n"), "worktree add") {
+		t.Errorf("a spare of other directories was taken:\n%s", strings.Join(ran, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(co.Dir, "web", "app.js")); err != nil {
+		t.Errorf("the new task's worktree lacks web/: %v", err)
+	}
+
+	if _, err := ws.Clean(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws.Root, "spares")); !os.IsNotExist(err) {
+		t.Errorf("Clean left the spares: %v", err)
+	}
+	clone, _ := ws.RepoDir("mono")
+	if list := gitOut(t, clone, "worktree", "list", "--porcelain"); strings.Contains(list, "spares") {
+		t.Errorf("a removed spare is still listed:\n%s", list)
+	}
+}

@@ -125,15 +125,8 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		// The runner's own, as a process it started would have.
 		dir, _ = os.Getwd()
 	}
-	sup, put, err := p.take()
-	if err == nil {
-		defer put()
-		err = sup.send(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace}, stdin, out)
-		if err != nil {
-			sup.discard()
-			err = fmt.Errorf("telling the agent supervisor what to run: %w", err)
-		}
-	}
+	sup, put, err := p.start(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace}, stdin, out)
+	defer put()
 	if err != nil {
 		if s.Drained != nil {
 			_ = unix.Close(outR)

@@ -122,3 +122,26 @@ func TestPoolEndsWithItsOwner(t *testing.T) {
 	_ = cmd.Wait()
 	testkit.WaitGone(t, agent.Alive, waiting...)
 }
+
+// A supervisor killed while it waited (the OOM killer, a person) costs
+// its job nothing: the job starts a supervisor of its own.
+func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
+	p := agent.NewPool(1)
+	defer p.Close()
+	var waiting []int
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if waiting = supervisorsOf(os.Getpid()); len(waiting) != 1 {
+			return fmt.Errorf("%d supervisors waiting, want 1", len(waiting))
+		}
+		return nil
+	})
+	_ = syscall.Kill(waiting[0], syscall.SIGKILL)
+	testkit.WaitGone(t, agent.Alive, waiting...)
+	s := spec(t, script(t, t.TempDir(), "echo ran\n"))
+	if res := p.Run(context.Background(), s); res.Err != nil {
+		t.Fatalf("run after its supervisor was killed: %+v", res)
+	}
+	if log, _ := os.ReadFile(s.LogPath); string(log) != "ran\n" {
+		t.Errorf("log %q", log)
+	}
+}

@@ -265,18 +265,30 @@ func (p *Pool) Close() {
 	}
 }
 
-// take is a waiting supervisor, or a new one; put is to be called when
-// its run ends.
-func (p *Pool) take() (s *supervisor, put func(), err error) {
+// start gives o to a waiting supervisor, or to one started for it when
+// none is waiting or the one taken is gone (killed while it waited); put
+// is to be called when the run ends.
+func (p *Pool) start(o order, stdin, out *os.File) (s *supervisor, put func(), err error) {
+	put = func() {}
 	if p != nil {
 		select {
-		case s := <-p.ready:
-			return s, p.put, nil
+		case s = <-p.ready:
+			put = p.put
+			if err = s.send(o, stdin, out); err == nil {
+				return s, put, nil
+			}
+			s.discard()
 		default:
 		}
 	}
-	s, err = startSupervisor()
-	return s, func() {}, err
+	if s, err = startSupervisor(); err != nil {
+		return nil, put, err
+	}
+	if err = s.send(o, stdin, out); err != nil {
+		s.discard()
+		return nil, put, fmt.Errorf("telling the agent supervisor what to run: %w", err)
+	}
+	return s, put, nil
 }
 
 // put asks for a supervisor in place of one whose run ended.

@@ -127,13 +127,22 @@ func takeSpare(rs *repoState, gitDir, dir, branch, start string, sparse []string
 	if err := os.Rename(s.dir, dir); err != nil {
 		return false
 	}
-	ok := writeFile(filepath.Join(own, "gitdir"), filepath.Join(dir, ".git")+"\n") == nil &&
-		createBranch(gitDir, branch, s.commit) == nil &&
-		writeFile(filepath.Join(own, "HEAD"), "ref: refs/heads/"+branch+"\n") == nil &&
-		(!track || setUpstream(gitDir, branch) == nil)
+	var branched, headSet bool
+	ok := writeFile(filepath.Join(own, "gitdir"), filepath.Join(dir, ".git")+"\n") == nil
+	if ok {
+		branched = createBranch(gitDir, branch, s.commit) == nil
+		headSet = branched && writeFile(filepath.Join(own, "HEAD"), "ref: refs/heads/"+branch+"\n") == nil
+		ok = headSet && (!track || setUpstream(gitDir, branch) == nil)
+	}
 	if !ok {
-		// Back where it was, for "worktree add" to run as ever; the
-		// spare itself is made again later.
+		// Back as it was, for "worktree add" to run as ever; the spare
+		// itself is made again later.
+		if headSet {
+			_ = writeFile(filepath.Join(own, "HEAD"), s.commit+"\n")
+		}
+		if branched {
+			_ = os.Remove(filepath.Join(gitDir, "refs", "heads", filepath.FromSlash(branch)))
+		}
 		_ = writeFile(filepath.Join(own, "gitdir"), filepath.Join(s.dir, ".git")+"\n")
 		_ = os.Rename(dir, s.dir)
 	}
@@ -174,12 +183,14 @@ func createBranch(gitDir, branch, oid string) error {
 // lock (config.lock, created exclusively, renamed over the config).
 func setUpstream(gitDir, branch string) error {
 	cfg := filepath.Join(gitDir, "config")
-	old, err := os.ReadFile(cfg)
+	lock, err := os.OpenFile(cfg+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(cfg+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	old, err := os.ReadFile(cfg)
 	if err != nil {
+		_ = lock.Close()
+		_ = os.Remove(cfg + ".lock")
 		return err
 	}
 	if len(old) > 0 && old[len(old)-1] != '\n' {

@@ -165,17 +165,7 @@ func createBranch(gitDir, branch, oid string) error {
 	if err != nil {
 		return err
 	}
-	_, err = lock.WriteString(oid + "\n")
-	if cerr := lock.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(p+".lock", p)
-	}
-	if err != nil {
-		_ = os.Remove(p + ".lock")
-	}
-	return err
+	return commitLock(lock, p, []byte(oid+"\n"))
 }
 
 // setUpstream makes branch track origin/<branch>, as "worktree add
@@ -196,15 +186,21 @@ func setUpstream(gitDir, branch string) error {
 	if len(old) > 0 && old[len(old)-1] != '\n' {
 		old = append(old, '\n')
 	}
-	_, err = lock.Write(append(old, fmt.Sprintf("[branch \"%s\"]\n\tremote = origin\n\tmerge = refs/heads/%s\n", branch, branch)...))
+	return commitLock(lock, cfg, append(old, fmt.Sprintf("[branch \"%s\"]\n\tremote = origin\n\tmerge = refs/heads/%s\n", branch, branch)...))
+}
+
+// commitLock writes data into lock, git's lock file of path, and renames
+// it over path; the lock file goes if anything fails.
+func commitLock(lock *os.File, path string, data []byte) error {
+	_, err := lock.Write(data)
 	if cerr := lock.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(cfg+".lock", cfg)
+		err = os.Rename(lock.Name(), path)
 	}
 	if err != nil {
-		_ = os.Remove(cfg + ".lock")
+		_ = os.Remove(lock.Name())
 	}
 	return err
 }

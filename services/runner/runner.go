@@ -36,6 +36,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -125,7 +126,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		log.Warn("removed stale git lock", zap.String("path", l))
 	}
 	if err != nil {
-		return fmt.Errorf("cleaning workspace: %w", err)
+		// A stop while starting kills Clean's git: a clean stop, not
+		// a failure (make soak's chaos stops runners that just began).
+		return fmt.Errorf("cleaning workspace: %w", errors.Join(ctx.Err(), err))
 	}
 
 	m := newMetrics()

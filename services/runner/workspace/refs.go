@@ -222,12 +222,7 @@ func writeWorktreeRef(wtDir, ref, oid string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("writing %s: %w", ref, err)
 	}
-	tmp := p + ".lock"
-	if err := os.WriteFile(tmp, []byte(oid+"\n"), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", ref, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		_ = os.Remove(tmp)
+	if err := writeFile(p, oid+"\n"); err != nil {
 		return fmt.Errorf("writing %s: %w", ref, err)
 	}
 	return nil

@@ -166,7 +166,7 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 	}
 	// The rest of the message, if one read did not bring it all.
 	msg := buf[:n]
-	for len(msg) < 4 {
+	if len(msg) < 4 {
 		if msg, err = readMore(ctl, msg, 4); err != nil {
 			return o, files, err
 		}
@@ -175,7 +175,7 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 	if size > maxOrder {
 		return o, files, fmt.Errorf("order of %d bytes", size)
 	}
-	for len(msg) < 4+size {
+	if len(msg) < 4+size {
 		if msg, err = readMore(ctl, msg, 4+size); err != nil {
 			return o, files, err
 		}
@@ -183,7 +183,8 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 	return o, files, json.Unmarshal(msg[4:4+size], &o)
 }
 
-// readMore reads into msg until it holds want bytes or the socket ends.
+// readMore reads into msg until it holds want bytes; an error when the
+// socket ends first.
 func readMore(r io.Reader, msg []byte, want int) ([]byte, error) {
 	more := make([]byte, want-len(msg))
 	n, err := io.ReadFull(r, more)

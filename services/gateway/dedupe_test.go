@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -32,6 +33,11 @@ func TestReplayAfterStatusRecordExpiredIsDuplicate(t *testing.T) {
 		t.Fatalf("first delivery: %+v", first)
 	}
 	id := first.Jobs[0].ID
+	// A read through the API waits for the record and the key, which
+	// follow the 202.
+	if code, out := g.read(t, "/jobs/"+id); code != http.StatusOK {
+		t.Fatalf("GET /jobs/%s right after its 202: %d %s", id, code, out)
+	}
 	// natstest.Connect would ensure the topology of the defaults, a
 	// week's TTL among them.
 	nc, err := nats.Connect(e.srv.URL())
@@ -90,9 +96,13 @@ func TestSpooledJobsAreDedupeRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
-		if _, err := dd.Get(ctx, id); err != nil {
-			t.Errorf("dedupe key of spooled job %s: %v", id, err)
+	// The keys follow the publishes.
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, id := range ids {
+			if _, err := dd.Get(ctx, id); err != nil {
+				return fmt.Errorf("dedupe key of spooled job %s: %w", id, err)
+			}
 		}
-	}
+		return nil
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -241,7 +242,18 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	// after the HTTP server has finished its in-flight requests.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	defer func() { stopBG(); wg.Wait() }()
+	// NATS closes last: after the background, and after the writes that
+	// follow the jobs' publishes (queue.Wait), which the spool's drain
+	// makes too.
+	var nc *nats.Conn
+	defer func() {
+		stopBG()
+		wg.Wait()
+		q.Wait()
+		if nc != nil {
+			nc.Close()
+		}
+	}()
 	// fatal stops the gateway for a setting found wrong only once
 	// connected.
 	fatal := make(chan error, 1)
@@ -250,14 +262,14 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		// The index and the dedupe copy read their buckets again on a
 		// reconnect: their watches may have gone with a server.
 		rc := service.NewReconnects()
-		nc, js, kv, err := service.Connect(bg, cfg.Common, "gateway", rc, log)
+		conn, js, kv, err := service.Connect(bg, cfg.Common, "gateway", rc, log)
 		if err != nil {
 			if bg.Err() == nil {
 				fatal <- err // a refused login: waiting would not help
 			}
 			return // or bg ended before NATS answered
 		}
-		defer nc.Close()
+		nc = conn
 		st := status.New(kv)
 		if err := checkMaxPayload(cfg.MaxTaskBytes, nc.MaxPayload()); err != nil {
 			fatal <- err

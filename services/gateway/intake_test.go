@@ -2,14 +2,18 @@ package gateway_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -369,5 +373,67 @@ func TestIntakeBoundsAreValidated(t *testing.T) {
 	}
 	if err := base.Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+// A webhook is answered once its job is in JetStream; its status record
+// and dedupe key follow the answer. A read of the job right after its 202
+// finds it all the same, and a gateway stopped while it answers writes
+// the record and key of every job it answered before it lets NATS go.
+func TestRecordsFollowTheAnswer(t *testing.T) {
+	t.Parallel()
+	e, g := newGateway(t, nil)
+	first, _ := g.postGitea(t, prBody(t, 99, "opened"))
+	if code, out := g.read(t, "/jobs/"+first.Jobs[0].ID); code != http.StatusOK {
+		t.Errorf("GET /jobs/%s right after its 202: %d %s", first.Jobs[0].ID, code, out)
+	}
+
+	const n = 40
+	ids := make(chan string, n)
+	answered := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := prBody(t, 100+i, "opened")
+			req, _ := http.NewRequest(http.MethodPost, g.url+"/webhooks/gitea", bytes.NewReader(body))
+			for k, v := range giteaHeaders("pull_request", body) {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			answered <- struct{}{}
+			if err != nil {
+				return // refused by the stopping gateway: never promised
+			}
+			defer resp.Body.Close()
+			out, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusAccepted {
+				return
+			}
+			var a accepted
+			if err := json.Unmarshal(out, &a); err != nil || a.Spooled || len(a.Jobs) != 1 {
+				t.Errorf("pull request %d answered %s, want one job queued", 100+i, out)
+				return
+			}
+			ids <- a.Jobs[0].ID
+		})
+	}
+	<-answered
+	g.stop(t) // while the others are being answered
+	wg.Wait()
+	close(ids)
+
+	_, js, kv := natstest.Connect(t, e.srv)
+	ctx := context.Background()
+	dd, err := js.KeyValue(ctx, proto.BucketDedupe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range ids {
+		if _, err := kv.Get(ctx, id); err != nil {
+			t.Errorf("status record of job %s after the gateway stopped: %v", id, err)
+		}
+		if _, err := dd.Get(ctx, id); err != nil {
+			t.Errorf("dedupe key of job %s after the gateway stopped: %v", id, err)
+		}
 	}
 }

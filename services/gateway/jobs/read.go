@@ -28,6 +28,11 @@ func (s *Service) Job(ctx context.Context, id string) (*proto.Status, error) {
 	}
 	st, _, err := c.status.Get(ctx, id)
 	if errors.Is(err, status.ErrNotFound) {
+		// Queued here just now, its record may still be on its way.
+		s.cfg.Queue.Settle(ctx, id)
+		st, _, err = c.status.Get(ctx, id)
+	}
+	if errors.Is(err, status.ErrNotFound) {
 		return nil, refuse(http.StatusNotFound, "no such job")
 	}
 	if err != nil {

@@ -31,11 +31,11 @@ import (
 // A key is written right after JetStream acked its job, at the same time
 // as the job's status record, never before the publish: a key written
 // for a publish that then failed would make every retry of the event a
-// "duplicate" that was never queued. A gateway that dies between the ack
-// and the key leaves a job without a key; its event, replayed after the
-// record expired, would run again. The window is the time between two
-// replies from the same server; the sender of that delivery never had a
-// 202 (the answer follows the key).
+// "duplicate" that was never queued. Both writes follow the 202 (see
+// Queue.record): a gateway that dies between the ack and the key leaves
+// a job without a key, and its event, replayed later than JetStream's
+// duplicate window while its record is missing, would run again. The
+// window is the time of one round trip to the server.
 type Dedupe struct {
 	kv  jetstream.KeyValue
 	ttl time.Duration

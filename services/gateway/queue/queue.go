@@ -114,6 +114,7 @@ type Queue struct {
 	metrics *metrics.Metrics
 	cfg     Config
 	conn    atomic.Pointer[conn]
+	records inflight
 }
 
 type conn struct {
@@ -184,9 +185,9 @@ type Result struct {
 // a replay: nothing is published.
 //
 // Before the publish the job is validated and cut to fit MaxTaskBytes;
-// after the ack the record and the dedupe key are written at once, so
-// the common path costs two round trips one after the other, as without
-// the key.
+// after the ack the record and the dedupe key are written at once, off
+// the caller's path (see record), so the common path costs one round
+// trip: the publish.
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	c, err := q.ready()
 	if err != nil {
@@ -215,29 +216,63 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		return Result{}, fmt.Errorf("publishing job %s: %w", job.ID, err)
 	}
 	q.metrics.ObservePublish(start)
+	q.records.write(job.ID, func() { q.record(c, job, ack.Duplicate) })
+	return Result{Duplicate: ack.Duplicate}, nil
+}
+
+// RecordTimeout bounds the writes that follow a job's publish (see
+// record).
+const RecordTimeout = 10 * time.Second
+
+// record writes what follows job's publish, after Enqueue has answered:
+// its status record (created if absent: the runner may already have
+// written a newer state, which it leaves alone) and its dedupe key, at
+// once, then, for a job that is new, supersedes the older ones.
+//
+// Only the publish is on the request's path: the job is durable once
+// JetStream acked it, and the runner that takes it creates the record if
+// it is still absent (StartAttempt from absent). A gateway that dies
+// between the ack and these writes leaves a queued job that the lists
+// show only once a runner takes it, and no dedupe key: a repeat of its
+// event within the duplicate window is still dropped by JetStream; one
+// later than that, while the job's record is missing or after it
+// expired, would queue it again. Reads of a job on this gateway wait for
+// its writes (Settle), so a job is never missing right after its 202.
+func (q *Queue) record(c *conn, job *proto.Job, duplicate bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
+	defer cancel()
 	var wg sync.WaitGroup
 	var recErr, keyErr error
-	// Queue only creates: the runner may already have written a newer
-	// state, which it leaves alone.
 	wg.Go(func() {
 		if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
-			recErr = err
+			recErr = fmt.Errorf("creating status record: %w", err)
 		}
 	})
 	wg.Go(func() {
 		if err := c.dedupe.Record(ctx, job); err != nil {
-			keyErr = fmt.Errorf("writing dedupe key of job %s: %w", job.ID, err)
+			keyErr = fmt.Errorf("writing dedupe key: %w", err)
 		}
 	})
 	wg.Wait()
 	if err := errors.Join(recErr, keyErr); err != nil {
-		return Result{}, err
+		q.log.Warn("job queued, but writing what follows its publish failed (the runner creates its record when it takes it)",
+			zap.String("job", job.ID), zap.Error(err))
+		return
 	}
-	if !ack.Duplicate {
+	if !duplicate {
 		q.supersede(ctx, c, job)
 	}
-	return Result{Duplicate: ack.Duplicate}, nil
 }
+
+// Settle waits until the writes that follow the publish of job id by
+// this gateway are done (at once when there are none), so that a read
+// of the job right after its 202 finds its record. It returns early
+// when ctx ends.
+func (q *Queue) Settle(ctx context.Context, id string) { q.records.wait(ctx, id) }
+
+// Wait waits for every write that follows a publish: the gateway calls
+// it once its HTTP server and spool have stopped, before it closes NATS.
+func (q *Queue) Wait() { q.records.wg.Wait() }
 
 // prepare makes job ready to publish: valid, and cut to fit MaxTaskBytes
 // (see Fit). Its error is ErrPermanent. A job prepared once is left as
@@ -266,6 +301,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*proto.Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.Settle(ctx, id)
 	return c.status.Cancel(ctx, id)
 }
 

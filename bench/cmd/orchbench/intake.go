@@ -2,6 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -61,4 +67,63 @@ func (b *bench) timedIntake(send func(d gitea.Delivery, n int) error) (stats.Sam
 		return err
 	})
 	return lat, float64(len(ds)) / time.Since(start).Seconds(), err
+}
+
+// minimalIntake posts the intake webhooks, intakeC at once, to the least
+// a webhook gateway can be, served in this process: net/http reads the
+// body, checks its HMAC signature, decodes the JSON, publishes it
+// synchronously through js with the delivery as its dedupe id and
+// answers 202. No trigger, no status record, no log. It is the floor
+// under orch's intake on this machine: what verifying and answering a
+// webhook over HTTP costs beside one publish, paid on the same cores as
+// the senders.
+func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream) (stats.Sample, float64, error) {
+	if _, err := rawStream(ctx, js, "BENCH_MINIMAL", "bench.minimal.>"); err != nil {
+		return nil, 0, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, 0, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if !hmac.Equal([]byte(gitea.Sign(gitea.Secret, body)), []byte(r.Header.Get("X-Gitea-Signature"))) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var ev struct {
+			Action      string `json:"action"`
+			PullRequest struct {
+				Number int `json:"number"`
+				Head   struct {
+					SHA string `json:"sha"`
+				} `json:"head"`
+			} `json:"pull_request"`
+			Repository struct {
+				FullName string `json:"full_name"`
+			} `json:"repository"`
+		}
+		if err := json.Unmarshal(body, &ev); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		id := r.Header.Get("X-Gitea-Delivery")
+		if _, err := js.Publish(r.Context(), "bench.minimal.widgets.review", body, jetstream.WithMsgID(id)); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"jobs":[{"id":%q,"task":"pr-%d"}]}`, id, ev.PullRequest.Number)
+	})}
+	go func() { _ = srv.Serve(ln) }() // ends with the Close below
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	return b.timedIntake(func(d gitea.Delivery, n int) error {
+		_, err := b.sendTo(ctx, base, d, n)
+		return err
+	})
 }

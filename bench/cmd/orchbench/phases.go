@@ -172,6 +172,18 @@ func (b *bench) egressOnly(ctx context.Context, t *table) error {
 	return b.egressRows(ctx, t, log)
 }
 
+// intakeOnly runs the intake rows alone (-only intake), with only the
+// gateway started.
+func (b *bench) intakeOnly(ctx context.Context, t *table) error {
+	if err := b.startGateway(ctx); err != nil {
+		return err
+	}
+	if err := b.intakeRows(ctx, t, "fsync always", b.js, b.gateway); err != nil {
+		return err
+	}
+	return b.intakeDefaultSync(ctx, t)
+}
+
 // drainOnly runs the drain rows alone (-only drain), with only the runner
 // started.
 func (b *bench) drainOnly(ctx context.Context, t *table) error {
@@ -328,12 +340,21 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 	if err != nil {
 		return err
 	}
+	minLat, minRate, err := b.minimalIntake(ctx, js)
+	if err != nil {
+		return err
+	}
 	lat, rate, err := b.intake(ctx, base)
 	if err != nil {
 		return err
 	}
 	t.ratio(fmt.Sprintf("intake, webhooks/s (%d senders, %s)", b.o.intakeC, sync), fmt.Sprintf("%.0f/s", rate),
 		fmt.Sprintf("sync publish %.0f/s", rawRate), rate/rawRate, true, 0.5)
+	t.ratio("  minimal gateway (HTTP, HMAC, JSON, publish), "+sync, fmt.Sprintf("%.0f/s", minRate),
+		fmt.Sprintf("sync publish %.0f/s", rawRate), minRate/rawRate, true, 0)
+	t.ratio("  orch vs the minimal gateway, "+sync, fmt.Sprintf("%.0f/s", rate),
+		fmt.Sprintf("minimal %.0f/s", minRate), rate/minRate, true, 0)
+	t.ratio("  minimal gateway p99, "+sync, stats.Ms(minLat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(minLat.P99(), rawLat.P99()), false, 0)
 	t.ratio("intake p50, "+sync, stats.Ms(lat.P50()), "sync publish "+stats.Ms(rawLat.P50()), ratio(lat.P50(), rawLat.P50()), false, 0)
 	t.ratio("intake p99, "+sync, stats.Ms(lat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(lat.P99(), rawLat.P99()), false, 2)
 	return nil

@@ -33,6 +33,9 @@ func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p
 		return co, err
 	}
 	fields := []zap.Field{zap.String("branch", co.Branch), zap.String("head", co.Head), zap.String("target", co.Target)}
+	if co.Made != "" {
+		fields = append(fields, zap.String("made", co.Made))
+	}
 	if len(co.Notes) > 0 {
 		log.Warn("worktree prepared with notes for the agent", append(fields, zap.Int("unpushed", co.Unpushed),
 			zap.Int("uncommitted", len(co.Uncommitted)), zap.Strings("notes", co.Notes))...)

@@ -62,7 +62,16 @@ type Checkout struct {
 	// Notes tell the agent, a sentence each, where the worktree is not
 	// simply at Target.
 	Notes []string
+	// Made says how this job made the worktree: MadeFromSpare, MadeByAdd,
+	// or "" when it was there already.
+	Made string
 }
+
+// How a job made its task's worktree (Checkout.Made).
+const (
+	MadeFromSpare = "spare"
+	MadeByAdd     = "worktree add"
+)
 
 // Prepare makes sure the task's worktree exists and is at the head the job
 // is about, and returns what it found and did.
@@ -147,13 +156,18 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		}
 	}
 	wt := worktree{dir: dir, gitDir: gitDir}
+	made := ""
 	if wt.own, err = worktreeGitDir(dir); err == nil || isWorktree(ctx, dir) {
 		if cur := wt.currentBranch(ctx); want.HeadBranch == "" && cur != "" {
 			branch = cur
 		}
-	} else if start, err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
+	} else if start, spare, err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
 		return Checkout{}, err
 	} else {
+		made = MadeByAdd
+		if spare {
+			made = MadeFromSpare
+		}
 		wt.own, _ = worktreeGitDir(dir)
 		wt.fresh = true
 		// A branch made from a remote branch starts at a remote head,
@@ -170,6 +184,7 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		return Checkout{}, fmt.Errorf("bringing the worktree of %s to its head: %w", want.Task, err)
 	}
 	co.Notes = append(notes, co.Notes...)
+	co.Made = made
 	return co, nil
 }
 
@@ -264,8 +279,9 @@ func (w Want) branch(ctx context.Context, gitDir string) string {
 }
 
 // addWorktree adds the task's worktree at dir on branch, made from its
-// start point if it does not exist yet; start is as worktreeAdd says.
-func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, err error) {
+// start point if it does not exist yet; start and spare are as worktreeAdd
+// says.
+func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, spare bool, err error) {
 	// A directory that is not a working worktree is what a crash during
 	// "worktree add" leaves: start it again. Its record goes with a
 	// prune, which reads every worktree's record, so it runs only when
@@ -273,31 +289,32 @@ func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Re
 	// that makes "worktree add" fail.
 	if _, err := os.Stat(dir); err == nil {
 		if err := os.RemoveAll(dir); err != nil {
-			return "", fmt.Errorf("removing broken worktree: %w", err)
+			return "", false, fmt.Errorf("removing broken worktree: %w", err)
 		}
 		if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", fmt.Errorf("creating worktree parent: %w", err)
+		return "", false, fmt.Errorf("creating worktree parent: %w", err)
 	}
-	start, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+	start, spare, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
 	if err != nil {
 		if _, perr := git(ctx, gitDir, "worktree", "prune"); perr == nil {
-			start, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+			start, spare, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("adding worktree for %s: %w", want.Task, err)
+		return "", false, fmt.Errorf("adding worktree for %s: %w", want.Task, err)
 	}
-	return start, nil
+	return start, spare, nil
 }
 
 // worktreeAdd runs "worktree add" of dir on branch, made from its start
-// point if it does not exist yet. start is the remote branch a new branch
-// was made from (refs/remotes/origin/...), "" when branch existed.
-func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, err error) {
+// point if it does not exist yet, or takes the project's spare for it
+// (spare). start is the remote branch a new branch was made from
+// (refs/remotes/origin/...), "" when branch existed.
+func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, spare bool, err error) {
 	add := []string{"worktree", "add", "--quiet"}
 	if len(repo.Sparse) > 0 {
 		add = append(add, "--no-checkout") // checked out once sparse
@@ -312,13 +329,13 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 			}
 		}
 		if start == "" {
-			return "", fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
+			return "", false, fmt.Errorf("project %s: no branch %q to start %s from", repo.Project, repo.DefaultBranch, branch)
 		}
 		// A branch made from its own remote branch tracks it, as the
 		// worktree's job wants (see bringToHead), without another git
 		// process to say so.
 		if takeSpare(w.repo(repo.Project), gitDir, dir, branch, start, repo.Sparse) {
-			return start, nil
+			return start, true, nil
 		}
 		track := "--no-track"
 		if start == "refs/remotes/origin/"+branch {
@@ -327,17 +344,17 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 		add = append(add, track, "-b", branch, dir, start)
 	}
 	if _, err := git(ctx, gitDir, add...); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if len(repo.Sparse) > 0 {
 		if err := sparseCheckout(ctx, dir, repo.Sparse); err != nil {
 			// Not left half made: a later job would take the empty
 			// worktree for a finished one.
 			_, _ = git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir)
-			return "", err
+			return "", false, err
 		}
 	}
-	return start, nil
+	return start, false, nil
 }
 
 // sparseCheckout checks out, in the worktree at dir made without a

@@ -38,8 +38,8 @@ func TestSpareBecomesANewTask(t *testing.T) {
 	if len(ran) != 0 {
 		t.Errorf("the new task ran git:\n%s", strings.Join(ran, "\n"))
 	}
-	if co.Head != main || co.Branch != "agent/wid-2" || co.Unpushed != 0 || len(co.Notes) != 0 {
-		t.Fatalf("new task: %+v, want agent/wid-2 at main %s and no notes", co, main)
+	if co.Head != main || co.Branch != "agent/wid-2" || co.Unpushed != 0 || len(co.Notes) != 0 || co.Made != workspace.MadeFromSpare {
+		t.Fatalf("new task: %+v, want agent/wid-2 at main %s made from the spare, and no notes", co, main)
 	}
 	if _, err := os.Stat(spareDir); !os.IsNotExist(err) {
 		t.Errorf("the spare is still there after it was taken: %v", err)
@@ -87,7 +87,7 @@ func TestSpareBecomesANewTask(t *testing.T) {
 	co, ran = gitCalls(t, func() (workspace.Checkout, error) {
 		return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-4", Since: time.Now()})
 	})
-	if co.Head != newMain || !strings.Contains(strings.Join(ran, "\n"), "git worktree add") {
+	if co.Head != newMain || co.Made != workspace.MadeByAdd || !strings.Contains(strings.Join(ran, "\n"), "git worktree add") {
 		t.Errorf("new task after the remote moved: head %s (want %s), git ran:\n%s", co.Head, newMain, strings.Join(ran, "\n"))
 	}
 	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {

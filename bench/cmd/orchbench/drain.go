@@ -174,14 +174,26 @@ func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, timeout
 	return float64(b.o.drainN) / took.Seconds(), err
 }
 
-// drain drains drainN new-task no-op jobs through the runner.
-func (b *bench) drain(ctx context.Context) (float64, error) {
-	return b.drainOver(ctx, "drain-", project.Key)
+// drain drains drainN new-task no-op jobs through the runner, giving up
+// after deadline.
+func (b *bench) drain(ctx context.Context, deadline time.Duration) (float64, error) {
+	return b.drainOver(ctx, deadline, "drain-", project.Key)
+}
+
+// drainDeadline is how long the runner's drain may take, given the rate
+// of the same work done by hand in the same run: five times as long as
+// that, and never under ten minutes, so that a machine loaded by other
+// work (make test beside the bench) slows the figure, not ends the run.
+func (b *bench) drainDeadline(rawRate float64) time.Duration {
+	if rawRate <= 0 {
+		return 10 * time.Minute
+	}
+	return max(10*time.Minute, time.Duration(5*float64(b.o.drainN)/rawRate*float64(time.Second)))
 }
 
 // drainOver is drain with the jobs (ids prefix<n>) spread over projects
 // in turn.
-func (b *bench) drainOver(ctx context.Context, prefix string, projects ...string) (float64, error) {
+func (b *bench) drainOver(ctx context.Context, deadline time.Duration, prefix string, projects ...string) (float64, error) {
 	// Pause the runner's consumer while the jobs are published, so that
 	// the clock starts with a full queue, as the baseline's does.
 	if _, err := b.js.PauseConsumer(ctx, proto.StreamJobs, proto.ConsumerRunner, time.Now().Add(time.Hour)); err != nil {
@@ -210,7 +222,7 @@ func (b *bench) drainOver(ctx context.Context, prefix string, projects ...string
 	// runs from its first delivery: a paused pull consumer resumes when
 	// the client next pulls, which is no part of either.
 	var end time.Time
-	err = waitFor(ctx, b.procs["runner"], 10*time.Minute, func() error {
+	err = waitFor(ctx, b.procs["runner"], deadline, func() error {
 		info, err := stream.Info(ctx)
 		if err != nil {
 			return err

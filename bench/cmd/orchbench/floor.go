@@ -13,11 +13,12 @@ import (
 
 // jetStreamFloor times, n times one after the other, the JetStream writes
 // a job cannot start without, done by hand on the same server in
-// sequence, each fsynced (SyncAlways): the job's publish and its status
-// record's creation (the gateway's intake), the task lock's creation and
-// the status record's update to running (the runner's). It is the floor
-// under "worktree exists" that no runner code can remove while those
-// writes are confirmed before the agent starts.
+// sequence, each fsynced (SyncAlways): the job's publish (the gateway's
+// intake, which answers once it is acked; the status record follows the
+// answer), the task lock's creation and the status record's write of
+// running (the runner's). It is the floor under "worktree exists" that
+// no runner code can remove while those writes are confirmed before the
+// agent starts.
 func (b *bench) jetStreamFloor(ctx context.Context, n int) (stats.Sample, error) {
 	s, err := b.rawStream(ctx, "BENCH_FLOOR", "bench.floor.>")
 	if err != nil {
@@ -44,14 +45,10 @@ func (b *bench) jetStreamFloor(ctx context.Context, n int) (stats.Sample, error)
 		if _, err := b.js.Publish(ctx, "bench.floor.job", record, jetstream.WithMsgID(id)); err != nil {
 			return nil, err
 		}
-		rev, err := jobs.Create(ctx, id, record)
-		if err != nil {
-			return nil, err
-		}
 		if _, err := locks.Create(ctx, id, record); err != nil {
 			return nil, err
 		}
-		if _, err := jobs.Update(ctx, id, record, rev); err != nil {
+		if _, err := jobs.Create(ctx, id, record); err != nil {
 			return nil, err
 		}
 		lat = append(lat, time.Since(start))

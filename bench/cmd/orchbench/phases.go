@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -295,6 +296,18 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	if err != nil {
 		return err
 	}
+	// The runner confines its agents where bwrap works (auto): the same
+	// spawns in bwrap's floor are what no confined dispatch goes under.
+	var rawConfined stats.Sample
+	if b.raw.bwrap, err = exec.LookPath("bwrap"); err == nil {
+		log("the same spawns confined in bwrap's floor")
+		lat, err := b.raw.dispatch(ctx, "dispatch", n, false)
+		b.raw.bwrap = ""
+		if err != nil {
+			return err
+		}
+		rawConfined = lat
+	}
 	t.ratio(fmt.Sprintf("dispatch p50, new task at %d/s: sent -> agent", b.o.dispatchRate), stats.Ms(orchNew.P50()),
 		"worktree add+spawn "+stats.Ms(stats.Sample(rawNew).P50()), ratio(orchNew.P50(), stats.Sample(rawNew).P50()), false, 1.5)
 	t.ratio("dispatch p99, new task", stats.Ms(orchNew.P99()), "worktree add+spawn "+stats.Ms(stats.Sample(rawNew).P99()),
@@ -307,8 +320,14 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 		ratio(orchOld.P99(), stats.Sample(rawOld).P99()), false, 0)
 	above := extra - floor.P50()
 	t.add(row{what: "worktree exists, over spawn + JetStream floor", orch: stats.Ms(orchOld.P50()),
-		base:  "spawn + 4 fsynced writes " + stats.Ms(stats.Sample(rawOld).P50()+floor.P50()),
+		base:  "spawn + 3 fsynced writes " + stats.Ms(stats.Sample(rawOld).P50()+floor.P50()),
 		ratio: fmt.Sprintf("%+.2f ms", float64(above)/float64(time.Millisecond)), target: "-", verdict: "-"})
+	if rawConfined != nil {
+		base := rawConfined.P50() + floor.P50()
+		t.add(row{what: "worktree exists, over a spawn in bwrap's floor + JetStream floor", orch: stats.Ms(orchOld.P50()),
+			base:  "floor spawn " + stats.Ms(rawConfined.P50()) + " + writes " + stats.Ms(floor.P50()),
+			ratio: fmt.Sprintf("%+.2f ms", float64(orchOld.P50()-base)/float64(time.Millisecond)), target: "-", verdict: "-"})
+	}
 	return b.sandboxRows(ctx, t, log, head)
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
 // rawGit does by hand the least a runner must do to start an agent for a
@@ -20,6 +22,9 @@ type rawGit struct {
 	wtRoot  string // worktrees are made under it
 	agent   string // the bench agent binary
 	records string // where the agent appends its start lines
+	// bwrap, when set, confines each spawn in bwrap's floor
+	// (sandbox.Floor): the least any sandbox made per job costs.
+	bwrap string
 	// mu serialises worktree adds: git's `worktree add` reads the other
 	// worktrees' records and fails on one being made at the same time
 	// ("failed to read worktrees/<name>/commondir"), so a runner must
@@ -36,6 +41,12 @@ func newRawGit(ctx context.Context, dir, repo, agent string) (*rawGit, error) {
 		records: filepath.Join(dir, "raw-starts.log"),
 	}
 	if err := os.MkdirAll(r.wtRoot, 0o755); err != nil {
+		return nil, err
+	}
+	// A confined spawn binds the record file, which must exist.
+	if f, err := os.OpenFile(r.records, os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
+		return nil, err
+	} else if err := f.Close(); err != nil {
 		return nil, err
 	}
 	if _, err := gitRun(ctx, dir, "clone", "--bare", "--quiet", repo, r.gitDir); err != nil {
@@ -57,7 +68,11 @@ func (r *rawGit) addWorktree(ctx context.Context, task string) error {
 
 // spawn runs the agent for job id in task's worktree and waits for it.
 func (r *rawGit) spawn(ctx context.Context, task, id string) error {
-	cmd := exec.CommandContext(ctx, r.agent, r.records)
+	argv := []string{r.agent, r.records}
+	if r.bwrap != "" {
+		argv = sandbox.Floor(r.bwrap, r.worktree(task), []string{r.records}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = r.worktree(task)
 	cmd.Env = append(os.Environ(), "ORCH_JOB_ID="+id, "ORCH_ATTEMPT=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -73,7 +88,7 @@ func (r *rawGit) dispatch(ctx context.Context, prefix string, n int, newTask boo
 	began := make([]time.Time, n)
 	for i := range n {
 		task := fmt.Sprintf("%s-%d", prefix, i)
-		id := fmt.Sprintf("raw-%s-%d-%t", prefix, i, newTask)
+		id := fmt.Sprintf("raw-%s-%d-%t-%t", prefix, i, newTask, r.bwrap != "")
 		began[i] = time.Now()
 		if newTask {
 			if err := r.addWorktree(ctx, task); err != nil {
@@ -90,7 +105,7 @@ func (r *rawGit) dispatch(ctx context.Context, prefix string, n int, newTask boo
 	}
 	lat := make([]time.Duration, n)
 	for i := range n {
-		id := fmt.Sprintf("raw-%s-%d-%t", prefix, i, newTask)
+		id := fmt.Sprintf("raw-%s-%d-%t-%t", prefix, i, newTask, r.bwrap != "")
 		t, ok := starts[id]
 		if !ok {
 			return nil, fmt.Errorf("raw agent %s left no start line", id)

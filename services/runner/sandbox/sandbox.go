@@ -118,6 +118,23 @@ func Probe(ctx context.Context, init string) (string, error) {
 	return path, nil
 }
 
+// Floor is the least bwrap command that confines argv as a job's sandbox
+// does: the same namespaces (the network none), the host's root bound
+// read-only, the worktree (its working directory) and the paths in rw
+// writable. It is no
+// sandbox (the host's files are all there to read): benchmarks use it as
+// the floor under a confined start, what any sandbox made with bwrap for
+// each job costs.
+func Floor(bwrap, worktree string, rw []string, argv ...string) []string {
+	args := append([]string{bwrap}, namespaceArgs(NetNone)...)
+	args = append(args, "--ro-bind", "/", "/")
+	for _, p := range append([]string{worktree}, rw...) {
+		args = append(args, "--bind", p, p)
+	}
+	args = append(args, "--chdir", worktree, "--")
+	return append(args, argv...)
+}
+
 // namespaceArgs are the namespaces and process settings of every sandbox.
 func namespaceArgs(n Network) []string {
 	args := []string{

@@ -13,9 +13,8 @@ import (
 
 // BenchmarkStart is one run of a no-op agent through the supervisor (an
 // attempt's start and end as the runner pays for them, without JetStream),
-// unconfined, in bwrap's floor (every namespace a job's sandbox has, and
-// the host's root bound read-only: the least bwrap that confines, which
-// no sandbox made for each job can go under), confined with the network
+// unconfined, in bwrap's floor (Floor: the least bwrap that confines,
+// which no sandbox made for each job can go under), confined with the network
 // none, and confined with init's forwarder (bound to a socket nobody
 // serves: the agent does not dial).
 // On a 2-core test machine: about 6, 15 and 20 ms. Besides the time, it
@@ -38,7 +37,7 @@ func BenchmarkStart(b *testing.B) {
 				switch mode {
 				case "none":
 				case "bwrap-floor":
-					argv = append(append([]string{bwrap}, namespaceArgs(NetNone)...), "--ro-bind", "/", "/", "--", "true")
+					argv = Floor(bwrap, wt, nil, argv...)
 				default:
 					j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: argv, Worktree: wt, Home: filepath.Join(root, "home"), PATH: "/usr/bin:/bin"}
 					if mode == "bwrap+forwarder" {

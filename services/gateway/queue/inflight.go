@@ -48,6 +48,23 @@ func (f *inflight) write(id string, w func()) {
 	})
 }
 
+// waitAll returns once the writes in flight now are done, or ctx ended.
+func (f *inflight) waitAll(ctx context.Context) {
+	f.mu.Lock()
+	dones := make([]chan struct{}, 0, len(f.jobs))
+	for _, p := range f.jobs {
+		dones = append(dones, p.done)
+	}
+	f.mu.Unlock()
+	for _, done := range dones {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // wait returns once job id has no write in flight, or ctx ended.
 func (f *inflight) wait(ctx context.Context, id string) {
 	f.mu.Lock()

@@ -314,6 +314,9 @@ func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string,
 		// Only the index knows a task's jobs.
 		return nil, fmt.Errorf("%w: job index not read yet", ErrUnavailable)
 	}
+	// The index learns a job from its record: a job answered just now
+	// is found once its record is written.
+	q.records.waitAll(ctx)
 	var done []string
 	for _, id := range q.tasks.OpenJobs(project, task) {
 		_, err := q.Cancel(ctx, id)

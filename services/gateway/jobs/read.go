@@ -82,6 +82,7 @@ type SpoolFigures struct {
 // Queue returns the queue's summary with the recent jobs updated last
 // (at most recent of them).
 func (s *Service) Queue(ctx context.Context, recent int) Summary {
+	s.cfg.Queue.SettleAll(ctx) // a job answered just now is listed
 	sum := Summary{Counts: s.Counts(), Recent: s.cfg.Index.Recent(recent), Spool: s.Spool()}
 	sum.Stream, sum.Consumer = s.Figures(ctx)
 	sum.Projects = s.ProjectFigures(ctx)

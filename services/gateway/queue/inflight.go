@@ -48,21 +48,25 @@ func (f *inflight) write(id string, w func()) {
 	})
 }
 
-// waitAll returns once the writes in flight now are done, or ctx ended.
-func (f *inflight) waitAll(ctx context.Context) {
+// waitAll returns once the writes in flight now are done, or ctx ended,
+// with the ids of the jobs whose writes it waited for.
+func (f *inflight) waitAll(ctx context.Context) []string {
 	f.mu.Lock()
+	ids := make([]string, 0, len(f.jobs))
 	dones := make([]chan struct{}, 0, len(f.jobs))
-	for _, p := range f.jobs {
+	for id, p := range f.jobs {
+		ids = append(ids, id)
 		dones = append(dones, p.done)
 	}
 	f.mu.Unlock()
-	for _, done := range dones {
+	for i, done := range dones {
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return
+			return ids[:i]
 		}
 	}
+	return ids
 }
 
 // wait returns once job id has no write in flight, or ctx ended.

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/metrics"
@@ -270,6 +271,24 @@ func (q *Queue) record(c *conn, job *proto.Job, duplicate bool) {
 // when ctx ends.
 func (q *Queue) Settle(ctx context.Context, id string) { q.records.wait(ctx, id) }
 
+// SettleAll waits until the jobs this gateway answered just now are in
+// the index (Tasks): their records written (see record) and read back by
+// its watch, so that a list read right after a 202 shows its job. It
+// gives up when ctx ends, or after a second: a record whose write failed
+// is not waited for longer.
+func (q *Queue) SettleAll(ctx context.Context) {
+	ids := q.records.waitAll(ctx)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for _, id := range ids {
+		for !q.tasks.Has(id) {
+			if !backoff.Sleep(ctx, 2*time.Millisecond) {
+				return
+			}
+		}
+	}
+}
+
 // Wait waits for every write that follows a publish: the gateway calls
 // it once its HTTP server and spool have stopped, before it closes NATS.
 func (q *Queue) Wait() { q.records.wg.Wait() }
@@ -314,9 +333,8 @@ func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string,
 		// Only the index knows a task's jobs.
 		return nil, fmt.Errorf("%w: job index not read yet", ErrUnavailable)
 	}
-	// The index learns a job from its record: a job answered just now
-	// is found once its record is written.
-	q.records.waitAll(ctx)
+	// The index learns a job from its record, which follows the answer.
+	q.SettleAll(ctx)
 	var done []string
 	for _, id := range q.tasks.OpenJobs(project, task) {
 		_, err := q.Cancel(ctx, id)

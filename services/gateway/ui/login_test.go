@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway"
 	"github.com/orch-dev/orch/services/gateway/throttle"
@@ -310,7 +312,15 @@ func TestLoginFormTakesTheToken(t *testing.T) {
 	if a := c.post("/ui/login", url.Values{"token": {"nope"}, "next": {"/ui/dead-letters"}}); a.code != http.StatusUnauthorized || !strings.Contains(a.body, "not right") {
 		t.Errorf("wrong token: %d", a.code)
 	}
-	a := c.post("/ui/login", url.Values{"token": {apiToken}, "next": {"/ui/dead-letters"}})
+	// The login store (KV ui_sessions) is reached after /readyz says
+	// ready: until then the form answers 503.
+	var a answer
+	natstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if a = c.post("/ui/login", url.Values{"token": {apiToken}, "next": {"/ui/dead-letters"}}); a.code == http.StatusServiceUnavailable {
+			return fmt.Errorf("login: 503 %s", a.body)
+		}
+		return nil
+	})
 	if a.code != http.StatusSeeOther || a.header.Get("Location") != "/ui/dead-letters" {
 		t.Fatalf("login: %d to %q", a.code, a.header.Get("Location"))
 	}

@@ -21,7 +21,7 @@ type pending struct {
 	done chan struct{}
 }
 
-// write runs f, the writes that follow job id's publish, in a goroutine
+// write runs w, the writes that follow job id's publish, in a goroutine
 // of its own.
 func (f *inflight) write(id string, w func()) {
 	f.mu.Lock()

@@ -221,9 +221,9 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	return Result{Duplicate: ack.Duplicate}, nil
 }
 
-// RecordTimeout bounds the writes that follow a job's publish (see
+// recordTimeout bounds the writes that follow a job's publish (see
 // record).
-const RecordTimeout = 10 * time.Second
+const recordTimeout = 10 * time.Second
 
 // record writes what follows job's publish, after Enqueue has answered:
 // its status record (created if absent: the runner may already have
@@ -240,7 +240,7 @@ const RecordTimeout = 10 * time.Second
 // expired, would queue it again. Reads of a job on this gateway wait for
 // its writes (Settle), so a job is never missing right after its 202.
 func (q *Queue) record(c *conn, job *proto.Job, duplicate bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), RecordTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var recErr, keyErr error

@@ -9,6 +9,7 @@
 // one the server's default script plays. The scripts:
 //
 //	commit   a Bash call that writes AGENT_WAS_HERE.md and commits it, then a final text
+//	push     the same commit, then a push of the branch to origin, then a final text
 //	read     a read-only Bash call (git log), then a final text naming its output
 //	text     a final text at once, no tool call
 //	500      every call answers HTTP 500 api_error
@@ -35,10 +36,14 @@ import (
 )
 
 // Scripts names the conversations the server can play.
-var Scripts = []string{"commit", "read", "text", "500", "429", "529", "hang"}
+var Scripts = []string{"commit", "push", "read", "text", "500", "429", "529", "hang"}
 
 // CommitCommand is the Bash command of the commit script.
 const CommitCommand = `printf '# Agent was here\n' > AGENT_WAS_HERE.md && git add AGENT_WAS_HERE.md && git commit -q -m 'Add AGENT_WAS_HERE.md' && git log --oneline -1`
+
+// PushCommand is the Bash command of the push script: the commit, then a
+// push of the branch checked out to origin, under its own name.
+const PushCommand = CommitCommand + ` && git push -q origin HEAD && echo pushed`
 
 // ReadCommand is the Bash command of the read script: one a review may run.
 const ReadCommand = "git log --oneline -1"
@@ -169,14 +174,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // result ends with a text. A request without tools (the CLI's side
 // questions, such as a title for the session) gets a short text.
 func (s *Server) turn(script string, req *request) ([]block, string) {
-	cmd := map[string]string{"commit": CommitCommand, "read": ReadCommand}[script]
+	cmd := map[string]string{"commit": CommitCommand, "push": PushCommand, "read": ReadCommand}[script]
 	if res := lastToolResult(req); res != nil {
 		out := resultText(res.Content)
 		if res.IsError {
 			return []block{{Type: "text", Text: "Could not run the command: " + out}}, "end_turn"
 		}
-		if script == "commit" {
+		switch script {
+		case "commit":
 			return []block{{Type: "text", Text: "Done: added AGENT_WAS_HERE.md"}}, "end_turn"
+		case "push":
+			return []block{{Type: "text", Text: "Done: added AGENT_WAS_HERE.md and pushed it"}}, "end_turn"
 		}
 		return []block{{Type: "text", Text: "The last commit is " + out}}, "end_turn"
 	}

@@ -73,6 +73,31 @@ func TestCommitScriptStreams(t *testing.T) {
 	}
 }
 
+// The push script calls Bash with the commit and a push of the branch,
+// and ends once the tool result comes back.
+func TestPushScript(t *testing.T) {
+	srv := httptest.NewServer(&fakeanthropic.Server{Default: "text"})
+	defer srv.Close()
+	var msg struct {
+		StopReason string `json:"stop_reason"`
+		Content    []struct {
+			Type  string
+			Text  string
+			Input struct{ Command string }
+		}
+	}
+	resp := post(t, srv.URL, `{"model":"m","tools":[{"name":"Bash"}],"messages":[{"role":"user","content":"do it fake:push"}]}`)
+	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil || msg.StopReason != "tool_use" || len(msg.Content) != 2 ||
+		msg.Content[1].Input.Command != fakeanthropic.PushCommand || !strings.Contains(fakeanthropic.PushCommand, "git push") {
+		t.Fatalf("first turn %+v (%v), want a Bash call of the push command", msg, err)
+	}
+	resp = post(t, srv.URL, `{"model":"m","tools":[{"name":"Bash"}],"messages":[{"role":"user","content":"fake:push"},`+
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"x","content":"pushed"}]}]}`)
+	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil || msg.StopReason != "end_turn" || msg.Content[0].Text != "Done: added AGENT_WAS_HERE.md and pushed it" {
+		t.Errorf("final turn %+v (%v)", msg, err)
+	}
+}
+
 // The error scripts answer as the API does: the status, an error object,
 // and retry-after on 429.
 func TestErrorScripts(t *testing.T) {

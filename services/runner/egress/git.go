@@ -57,7 +57,8 @@ type storeLine struct {
 
 // readCredentials reads a git-credential-store file (one
 // scheme://user:password@host[:port][/path] URL a line, user and password
-// percent-encoded); "" reads nothing. An unreadable file is an error; a
+// percent-encoded, and the host too as git writes it: a port's colon is
+// %3a in a file `git credential-store` wrote); "" reads nothing. An unreadable file is an error; a
 // line that is not such a URL is skipped, as git skips it (and not
 // logged: it may hold a secret).
 func readCredentials(path string) ([]storeLine, error) {
@@ -71,7 +72,7 @@ func readCredentials(path string) ([]storeLine, error) {
 	var lines []storeLine
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
-		u, err := url.Parse(strings.TrimSpace(sc.Text()))
+		u, err := url.Parse(unescapeHost(strings.TrimSpace(sc.Text())))
 		if err != nil || u.User == nil || u.Host == "" {
 			continue
 		}
@@ -82,6 +83,27 @@ func readCredentials(path string) ([]storeLine, error) {
 		})
 	}
 	return lines, nil
+}
+
+// unescapeHost decodes the host of a credential-store line: git writes
+// it percent-encoded (127.0.0.1%3a3000 for 127.0.0.1:3000), which
+// url.Parse refuses in a host. A line it cannot decode is left as it is.
+func unescapeHost(line string) string {
+	scheme, rest, ok := strings.Cut(line, "://")
+	if !ok {
+		return line
+	}
+	authority, path, hasPath := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(authority, '@')
+	host, err := url.PathUnescape(authority[at+1:])
+	if err != nil || strings.ContainsAny(host, "/@") {
+		return line
+	}
+	out := scheme + "://" + authority[:at+1] + host
+	if hasPath {
+		out += "/" + path
+	}
+	return out
 }
 
 // parseGitHosts reads the git hosts: scheme://host[:port] for a whole

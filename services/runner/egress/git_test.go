@@ -142,6 +142,34 @@ func TestGitClonesAndPushesWithTheRunnersCredential(t *testing.T) {
 	}
 }
 
+// TestGitCredentialsAsGitWritesThem reads a credentials file that git
+// itself wrote (`git credential-store store`), as an operator's runner
+// leaves it after its own clone: git writes the host percent-encoded, the
+// port's colon as %3a. The agent's push gets the credential all the same.
+func TestGitCredentialsAsGitWritesThem(t *testing.T) {
+	origin := newGitOrigin(t)
+	creds := filepath.Join(t.TempDir(), "git-credentials")
+	store := gitCmd("", gitEnv(t), "credential-store", "--file", creds, "store")
+	store.Stdin = strings.NewReader("protocol=http\nhost=" + strings.TrimPrefix(origin.URL, "http://") + "\nusername=" + gitUser + "\npassword=" + gitToken + "\n\n")
+	if out, err := store.CombinedOutput(); err != nil {
+		t.Fatalf("git credential-store: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(creds); !strings.Contains(string(b), "%3a") {
+		t.Fatalf("git wrote the host's port unencoded: the test reads nothing new (%d bytes)", len(b))
+	}
+	f := setup(t, egress.Options{GitHosts: []string{origin.URL}, GitCredentials: creds})
+	env := append(gitEnv(t), f.proxy.AgentEnv(f.base)...)
+	work := filepath.Join(t.TempDir(), "work")
+	runGit(t, "", env, "clone", "-q", origin.URL+"/repo.git", work)
+	os.WriteFile(filepath.Join(work, "AGENT.md"), []byte("agent was here\n"), 0o644)
+	runGit(t, work, env, "add", "AGENT.md")
+	runGit(t, work, env, "commit", "-q", "-m", "agent commit")
+	runGit(t, work, env, "push", "-q", "origin", "HEAD:refs/heads/agent/t1")
+	if got := runGit(t, filepath.Join(origin.root, "repo.git"), nil, "log", "--format=%s", "-1", "agent/t1"); strings.TrimSpace(got) != "agent commit" {
+		t.Errorf("origin's agent/t1 is at %q", got)
+	}
+}
+
 func TestGitToAnotherHostIsRefused(t *testing.T) {
 	origin, other := newGitOrigin(t), newGitOrigin(t)
 	f := setup(t, egress.Options{GitHosts: []string{origin.URL}})

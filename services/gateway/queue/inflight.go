@@ -48,25 +48,21 @@ func (f *inflight) write(id string, w func()) {
 	})
 }
 
-// waitAll returns once the writes in flight now are done, or ctx ended,
-// with the ids of the jobs whose writes it waited for.
-func (f *inflight) waitAll(ctx context.Context) []string {
+// waitAll returns once the writes in flight now are done, or ctx ended.
+func (f *inflight) waitAll(ctx context.Context) {
 	f.mu.Lock()
-	ids := make([]string, 0, len(f.jobs))
 	dones := make([]chan struct{}, 0, len(f.jobs))
-	for id, p := range f.jobs {
-		ids = append(ids, id)
+	for _, p := range f.jobs {
 		dones = append(dones, p.done)
 	}
 	f.mu.Unlock()
-	for i, done := range dones {
+	for _, done := range dones {
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return ids[:i]
+			return
 		}
 	}
-	return ids
 }
 
 // wait returns once job id has no write in flight, or ctx ended.

@@ -116,6 +116,10 @@ type Queue struct {
 	cfg     Config
 	conn    atomic.Pointer[conn]
 	records inflight
+	// closing ends with Wait: the writes that follow a publish stop
+	// waiting for the index, which stops before them.
+	closing context.Context
+	close   context.CancelFunc
 }
 
 type conn struct {
@@ -133,7 +137,9 @@ func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, cfg Config, log *zap.
 	if cfg.DuplicateWindow <= 0 {
 		cfg.DuplicateWindow = proto.DuplicateWindowDefault
 	}
-	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m, cfg: cfg}
+	q := &Queue{log: log, spool: sp, tasks: tasks, metrics: m, cfg: cfg}
+	q.closing, q.close = context.WithCancel(context.Background())
+	return q
 }
 
 // Connect makes JetStream available to the queue and wakes the spool.
@@ -228,7 +234,9 @@ const recordTimeout = 10 * time.Second
 // record writes what follows job's publish, after Enqueue has answered:
 // its status record (created if absent: the runner may already have
 // written a newer state, which it leaves alone) and its dedupe key, at
-// once, then, for a job that is new, supersedes the older ones.
+// once; then it waits until the index (Tasks) has read the record back,
+// a second at most, and, for a job that is new, supersedes the older
+// ones. Until then the job's writes are in flight (see Settle).
 //
 // Only the publish is on the request's path: the job is durable once
 // JetStream acked it, and the runner that takes it creates the record if
@@ -237,8 +245,9 @@ const recordTimeout = 10 * time.Second
 // show only once a runner takes it, and no dedupe key: a repeat of its
 // event within the duplicate window is still dropped by JetStream; one
 // later than that, while the job's record is missing or after it
-// expired, would queue it again. Reads of a job on this gateway wait for
-// its writes (Settle), so a job is never missing right after its 202.
+// expired, would queue it again. Reads on this gateway wait for these
+// writes (Settle, SettleAll), so a job is never missing right after its
+// 202.
 func (q *Queue) record(c *conn, job *proto.Job, duplicate bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
 	defer cancel()
@@ -260,38 +269,35 @@ func (q *Queue) record(c *conn, job *proto.Job, duplicate bool) {
 			zap.String("job", job.ID), zap.Error(err))
 		return
 	}
+	indexed, stop := context.WithTimeout(q.closing, time.Second)
+	for !q.tasks.Has(job.ID) {
+		if !backoff.Sleep(indexed, 2*time.Millisecond) {
+			break
+		}
+	}
+	stop()
 	if !duplicate {
 		q.supersede(ctx, c, job)
 	}
 }
 
 // Settle waits until the writes that follow the publish of job id by
-// this gateway are done (at once when there are none), so that a read
-// of the job right after its 202 finds its record. It returns early
-// when ctx ends.
+// this gateway are done and the index holds its record (at once when
+// there are none), so that a read of the job right after its 202 finds
+// it. It returns early when ctx ends.
 func (q *Queue) Settle(ctx context.Context, id string) { q.records.wait(ctx, id) }
 
-// SettleAll waits until the jobs this gateway answered just now are in
-// the index (Tasks): their records written (see record) and read back by
-// its watch, so that a list read right after a 202 shows its job. It
-// gives up when ctx ends, or after a second: a record whose write failed
-// is not waited for longer.
-func (q *Queue) SettleAll(ctx context.Context) {
-	ids := q.records.waitAll(ctx)
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	for _, id := range ids {
-		for !q.tasks.Has(id) {
-			if !backoff.Sleep(ctx, 2*time.Millisecond) {
-				return
-			}
-		}
-	}
-}
+// SettleAll is Settle for every job whose writes are in flight now, so
+// that a list read right after a 202 shows its job.
+func (q *Queue) SettleAll(ctx context.Context) { q.records.waitAll(ctx) }
 
 // Wait waits for every write that follows a publish: the gateway calls
-// it once its HTTP server and spool have stopped, before it closes NATS.
-func (q *Queue) Wait() { q.records.wg.Wait() }
+// it once its HTTP server, spool and index have stopped, before it
+// closes NATS.
+func (q *Queue) Wait() {
+	q.close()
+	q.records.wg.Wait()
+}
 
 // prepare makes job ready to publish: valid, and cut to fit MaxTaskBytes
 // (see Fit). Its error is ErrPermanent. A job prepared once is left as

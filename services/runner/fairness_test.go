@@ -174,7 +174,14 @@ func TestFairShareAcrossProjects(t *testing.T) {
 func TestProjectLimitAcrossRunners(t *testing.T) {
 	e := newEnv(t, "")
 	e.twoProjects("    max_concurrency: 1\n")
-	agentCmd := e.script("SLEEP=0.7\n" + trackedAgent)
+	// The first agents wait (30 s at most) until two runs have started, so
+	// that both slots are busy at once however slowly a loaded machine
+	// starts them (0.7 s agents started far apart never overlapped); the
+	// later ones do not wait.
+	agentCmd := e.script("SLEEP=0.7\n" + `touch $RUNS/began.$ORCH_JOB_ID.$ORCH_ATTEMPT
+i=0
+while [ "$(ls $RUNS | grep -c '^began\.')" -lt 2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+` + trackedAgent)
 	for _, name := range []string{"r1", "r2"} {
 		cfg := e.config(name, agentCmd)
 		cfg.MaxConcurrency = 2

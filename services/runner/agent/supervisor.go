@@ -112,6 +112,11 @@ func supervise() int {
 		fmt.Fprintf(os.Stderr, "orch: bad supervisor order %+v: %v\n", o, err)
 		return 126
 	}
+	// Taken: the runner waits for this byte before it counts on this
+	// supervisor (see supervisor.send).
+	if _, err := ctl.Write([]byte{orderTaken}); err != nil {
+		return 0 // the runner is gone
+	}
 
 	// The agent's directory and environment become the supervisor's
 	// too, so that its program is looked up as the agent's own shell

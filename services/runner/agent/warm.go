@@ -102,8 +102,23 @@ func startSupervisor() (*supervisor, error) {
 	return s, nil
 }
 
+// orderTaken is the byte a supervisor answers its order with.
+const orderTaken = 1
+
+// takenTimeout bounds the wait for a supervisor's answer to its order: a
+// live one answers at once.
+const takenTimeout = 10 * time.Second
+
+// errNotTaken is a supervisor that ended, or never answered, without
+// taking its order.
+var errNotTaken = errors.New("the agent supervisor did not take its order")
+
 // send gives the supervisor its order, with stdin and out (the agent's
-// stdout and stderr) as descriptors.
+// stdout and stderr) as descriptors, and waits until it answers that it
+// took it. A supervisor killed while it waited can still accept the
+// message: its socket closes only when the last of its threads is gone,
+// after its main thread already shows as a zombie. Such a one never
+// answers (errNotTaken), and the job is not lost to it.
 func (s *supervisor) send(o order, stdin, out *os.File) error {
 	body, err := json.Marshal(o)
 	if err != nil {
@@ -122,7 +137,28 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 	}
 	runtime.KeepAlive(stdin)
 	runtime.KeepAlive(out)
-	return err
+	if err != nil {
+		return err
+	}
+	fds := []unix.PollFd{{Fd: int32(s.ctl.Fd()), Events: unix.POLLIN}}
+	n := 0
+	for {
+		n, err = unix.Poll(fds, int(takenTimeout/time.Millisecond))
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return errNotTaken // no answer in time
+	}
+	var b [1]byte
+	if n, _ := unix.Read(int(s.ctl.Fd()), b[:]); n != 1 || b[0] != orderTaken {
+		return errNotTaken
+	}
+	return nil
 }
 
 // wait reaps the supervisor.
@@ -137,6 +173,13 @@ func (s *supervisor) wait() error {
 func (s *supervisor) discard() {
 	_ = s.ctl.Close()
 	_ = s.wait()
+}
+
+// kill ends a supervisor that did not take its order: dead already, or
+// stuck where it should have answered at once.
+func (s *supervisor) kill() {
+	_ = s.cmd.Process.Kill()
+	s.discard()
 }
 
 // receive reads the supervisor's order and its descriptors from ctl.
@@ -278,7 +321,7 @@ func (p *Pool) start(o order, stdin, out *os.File) (s *supervisor, put func(), e
 			if err = s.send(o, stdin, out); err == nil {
 				return s, put, nil
 			}
-			s.discard()
+			s.kill()
 		default:
 		}
 	}
@@ -286,7 +329,7 @@ func (p *Pool) start(o order, stdin, out *os.File) (s *supervisor, put func(), e
 		return nil, put, err
 	}
 	if err = s.send(o, stdin, out); err != nil {
-		s.discard()
+		s.kill()
 		return nil, put, fmt.Errorf("telling the agent supervisor what to run: %w", err)
 	}
 	return s, put, nil

@@ -57,7 +57,11 @@ var (
 		eventHeader: webhook.PlaneEventHeader, delivery: webhook.PlaneDelivery,
 		decide: func(ctx context.Context, s *Server, event, delivery string, body []byte) (trigger.Decision, error) {
 			// The item's readable name, from Plane's API within a short
-			// budget (package planenames); "" keeps its id.
+			// budget (package planenames); "" keeps its id. The name its
+			// jobs already have wins, read from the index: the jobs
+			// answered just now are waited for (their records follow
+			// the answer).
+			s.Queue.SettleAll(ctx)
 			reg := s.Registry()
 			return trigger.PlaneNamed(reg, event, delivery, body, s.nowUTC(), s.PlaneNames.Name(ctx, reg, event, body))
 		},
@@ -70,6 +74,7 @@ var planeAgentSource = webhookSource{
 	name: "plane-agent", sigHeader: webhook.PlaneSignature,
 	eventHeader: webhook.PlaneEventHeader, delivery: webhook.PlaneDelivery,
 	decide: func(ctx context.Context, s *Server, _, delivery string, body []byte) (trigger.Decision, error) {
+		s.Queue.SettleAll(ctx) // as planeSource's
 		reg := s.Registry()
 		return trigger.PlaneAgent(reg, delivery, body, s.nowUTC(), s.PlaneNames.NameAgent(ctx, reg, body))
 	},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -73,9 +74,23 @@ type store struct {
 // connect gives the store its bucket.
 func (s *store) connect(kv jetstream.KeyValue) { s.kv.Store(&kv) }
 
-// bucket returns the bucket and a context bounded by storeTimeout.
+// connectWait is how long a login waits for the store while the gateway
+// has not reached it yet: that happens just after /readyz says ready
+// (the index does not wait for the bucket), so a login made at once
+// would otherwise be answered 503.
+const connectWait = 3 * time.Second
+
+// bucket returns the bucket and a context bounded by storeTimeout,
+// waiting up to connectWait for a store not reached yet.
 func (s *store) bucket(ctx context.Context) (jetstream.KeyValue, context.Context, context.CancelFunc, error) {
 	p := s.kv.Load()
+	if p == nil {
+		wait, cancel := context.WithTimeout(ctx, connectWait)
+		for p == nil && backoff.Sleep(wait, 10*time.Millisecond) {
+			p = s.kv.Load()
+		}
+		cancel()
+	}
 	if p == nil {
 		return nil, nil, nil, fmt.Errorf("%w: not connected to NATS yet", errUnavailable)
 	}

@@ -129,12 +129,7 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 	rights := unix.UnixRights(int(stdin.Fd()), int(out.Fd()))
 	// A blocking stream socket takes the whole message, the descriptors
 	// with its first byte.
-	for {
-		err = unix.Sendmsg(int(s.ctl.Fd()), msg, rights, nil, unix.MSG_NOSIGNAL)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	err = ignoringEINTR(func() error { return unix.Sendmsg(int(s.ctl.Fd()), msg, rights, nil, unix.MSG_NOSIGNAL) })
 	runtime.KeepAlive(stdin)
 	runtime.KeepAlive(out)
 	if err != nil {
@@ -142,12 +137,10 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 	}
 	fds := []unix.PollFd{{Fd: int32(s.ctl.Fd()), Events: unix.POLLIN}}
 	n := 0
-	for {
+	err = ignoringEINTR(func() (err error) {
 		n, err = unix.Poll(fds, int(takenTimeout/time.Millisecond))
-		if err != unix.EINTR {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -182,18 +175,26 @@ func (s *supervisor) kill() {
 	s.discard()
 }
 
+// ignoringEINTR calls f again while it fails with EINTR, and returns
+// its first other answer.
+func ignoringEINTR(f func() error) error {
+	for {
+		if err := f(); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
 // receive reads the supervisor's order and its descriptors from ctl.
 func receive(ctl *os.File) (o order, files []int, err error) {
 	fd := int(ctl.Fd())
 	buf := make([]byte, 64<<10)
 	oob := make([]byte, unix.CmsgSpace(2*4))
 	var n, oobn int
-	for {
+	err = ignoringEINTR(func() (err error) {
 		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return o, nil, err
 	}

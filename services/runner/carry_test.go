@@ -134,31 +134,43 @@ func (e *env) carryRun(id string, attempt, n int) carryRun {
 // no state.
 func (e *env) manifest(task string) *taskstate.Manifest {
 	e.t.Helper()
-	ctx := context.Background()
-	obj, err := e.js.ObjectStore(ctx, proto.ObjectStoreTaskState)
+	m, err := e.readManifest(task)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	return m
+}
+
+// readManifest is manifest for a state a runner may be saving meanwhile:
+// a read that met a save's replacement of the object fails, and the
+// caller reads again.
+func (e *env) readManifest(task string) (*taskstate.Manifest, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obj, err := e.js.ObjectStore(ctx, proto.ObjectStoreTaskState)
+	if err != nil {
+		return nil, err
 	}
 	data, err := obj.GetBytes(ctx, proto.TaskStateKey("widgets", task))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		e.t.Fatal(err)
+		return nil, fmt.Errorf("reading the state of %s: %w", task, err)
 	}
 	tr := tar.NewReader(bytes.NewReader(data))
 	for {
 		hdr, err := tr.Next()
 		if err != nil {
-			e.t.Fatalf("state of %s: no manifest: %v", task, err)
+			return nil, fmt.Errorf("state of %s: no manifest: %w", task, err)
 		}
 		if hdr.Name == "manifest.json" {
 			var m taskstate.Manifest
 			b, _ := io.ReadAll(tr)
 			if err := json.Unmarshal(b, &m); err != nil {
-				e.t.Fatal(err)
+				return nil, err
 			}
-			return &m
+			return &m, nil
 		}
 	}
 }
@@ -258,8 +270,13 @@ func TestTaskStateSurvivesSIGKILL(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(e.runs, "killed.ready")); err != nil {
 			return err
 		}
-		// A save that began after the agent's work.
-		if m := e.manifest("killed"); m == nil || m.Commits != 2 || !m.Changes {
+		// A save that began after the agent's work (runner A may be
+		// saving again while it is read).
+		m, err := e.readManifest("killed")
+		if err != nil {
+			return err
+		}
+		if m == nil || m.Commits != 2 || !m.Changes {
 			return fmt.Errorf("no periodic save of the work yet: %+v", m)
 		}
 		return nil

@@ -60,12 +60,19 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
 
 	// The record read here is also what the running state is written
-	// over (see run), unless it changed meanwhile.
+	// over (see run), unless it changed meanwhile. What might hold the job
+	// is read beside it: neither read waits for the other.
 	var (
 		rec         record
 		republished bool
+		holdReason  string
+		holdUntil   time.Time
+		reading     sync.WaitGroup
 	)
-	if st, rev, err := r.status.Get(ctx, job.ID); err == nil {
+	reading.Go(func() { holdReason, holdUntil = r.holdFor(ctx, log, job, p) })
+	st, rev, err := r.status.Get(ctx, job.ID)
+	reading.Wait()
+	if err == nil {
 		rec = record{st, rev}
 		base := st.AttemptBase
 		if st.State == proto.StateHeld {
@@ -97,8 +104,9 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		settleAs(unprepared(fmt.Errorf("no attempt left: %d of %d used", attempt-1, r.cfg.MaxAttempts)))
 		return
 	}
-	if reason, until := r.holdFor(ctx, log, job, p, rec.st); reason != "" {
-		settleAs(outcome{end: onHold, exitCode: -1, holdReason: reason, holdUntil: until})
+	if holdReason != "" && (rec.st == nil || rec.st.ReleasedBy == "") {
+		// A job released by hand runs whatever holds it.
+		settleAs(outcome{end: onHold, exitCode: -1, holdReason: holdReason, holdUntil: holdUntil})
 		return
 	}
 
@@ -135,7 +143,12 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 
 	// The project's slot first (fairness.go): a job waiting for it holds
 	// no task lock another job of the task could use.
-	s, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt)
+	l, err := r.taskLockOf(job, attempt)
+	if err != nil {
+		settleAs(unprepared(err))
+		return
+	}
+	s, took, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt, l)
 	if errors.Is(err, errDeferred) {
 		return
 	}
@@ -144,10 +157,11 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	slot.Store(s)
-	l, err := r.acquireLock(jobCtx, log, job, attempt)
-	if err != nil {
-		settleAs(unprepared(err))
-		return
+	if !took {
+		if err := r.acquireLock(jobCtx, log, l); err != nil {
+			settleAs(unprepared(err))
+			return
+		}
 	}
 	lock.Store(l)
 	began := time.Now()

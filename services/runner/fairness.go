@@ -172,32 +172,34 @@ func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*regist
 
 // admit waits until job may run and returns its project slot, or puts it
 // back at the end of JOBS and returns errDeferred, or returns ctx's cause.
-func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int) (*taskLock, error) {
+// The task's lock is taken beside the slot, when the slot is free; took
+// says whether it was (acquireLock waits for it otherwise).
+func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int, lock *taskLock) (slot *taskLock, took bool, err error) {
 	deferred, _ := strconv.Atoi(msg.Headers().Get(proto.HeaderDeferred))
 	mayDefer := meta.NumDelivered == 1 && deferred < deferralsMax
 	value, err := json.Marshal(slotValue{Job: job.ID, Kind: string(job.Kind), Attempt: attempt, Runner: r.cfg.Name, Since: time.Now().UTC()})
 	if err != nil {
-		return nil, fmt.Errorf("encoding slot: %w", err)
+		return nil, false, fmt.Errorf("encoding slot: %w", err)
 	}
 	poll := min(r.cfg.AckWait/4, 250*time.Millisecond)
 	waitLogged := false
 	for {
-		l, err := r.admitOnce(ctx, log, msg, meta, job, p, projs, mayDefer, deferred, value, &waitLogged)
-		if l != nil || err != nil {
-			return l, err
+		slot, took, err := r.admitOnce(ctx, log, msg, meta, job, p, projs, mayDefer, deferred, value, lock, &waitLogged)
+		if slot != nil || err != nil {
+			return slot, took, err
 		}
 		if !backoff.Sleep(ctx, poll) {
-			return nil, context.Cause(ctx)
+			return nil, false, context.Cause(ctx)
 		}
 	}
 }
 
-// admitOnce reads the queue and admits job (its slot), defers it
-// (errDeferred), or returns neither for it to wait. One runner's
-// admissions are one at a time, so each sees the slots the one before
-// took.
+// admitOnce reads the queue and admits job (its slot, and the task's lock
+// if free: took), defers it (errDeferred), or returns neither for it to
+// wait. One runner's admissions are one at a time, so each sees the slots
+// the one before took.
 func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects,
-	mayDefer bool, deferred int, value []byte, waitLogged *bool) (*taskLock, error) {
+	mayDefer bool, deferred int, value []byte, lock *taskLock, waitLogged *bool) (slot *taskLock, took bool, err error) {
 	r.fair.mu.Lock()
 	defer r.fair.mu.Unlock()
 	if r.fair.served == nil {
@@ -206,41 +208,77 @@ func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.M
 	v, err := r.readQueue(ctx)
 	if err != nil {
 		log.Debug("reading the queue", zap.Error(err))
-		return nil, nil
+		return nil, false, nil
 	}
 	limit := limitOf(p, r.cfg.MaxConcurrency)
 	switch judge(v, job, p, projs.reg.Projects(), r.cfg.MaxConcurrency, mayDefer, r.fair.served) {
 	case admitDefer:
 		if err := r.deferJob(ctx, msg, job, meta, deferred); err != nil {
 			log.Warn("deferring the job", zap.Error(err))
-			return nil, nil
+			return nil, false, nil
 		}
 		log.Debug("deferred for other work", zap.Int("deferred", deferred+1))
-		return nil, errDeferred
+		return nil, false, errDeferred
 	case admitRun:
-		l, err := r.takeSlot(ctx, log, v, job.Project, limit, value)
+		// The two creates do not depend on each other: they go out
+		// together, and the lock is given back when no slot was free (a
+		// job waiting for its slot holds no lock another job of the task
+		// could use).
+		var (
+			lockErr error
+			taking  sync.WaitGroup
+		)
+		taking.Go(func() { lockErr = lock.take(ctx) })
+		slot, err := r.takeSlot(ctx, log, v, job.Project, limit, value)
+		taking.Wait()
 		if err != nil {
 			log.Debug("taking a slot", zap.Error(err))
 		}
-		if l != nil {
-			r.fair.served[job.Project] = time.Now()
+		if slot == nil {
+			if lockErr == nil {
+				r.giveBack(ctx, log, lock)
+			}
+			return nil, false, nil
 		}
-		return l, nil
+		r.fair.served[job.Project] = time.Now()
+		return slot, lockErr == nil, nil
 	default:
 		if !*waitLogged {
 			log.Info("project at its max_concurrency: waiting for a slot", zap.Int("running", v.running[job.Project]), zap.Int("limit", limit))
 			*waitLogged = true
 		}
-		return nil, nil
+		return nil, false, nil
+	}
+}
+
+// giveBack releases a task lock taken beside a slot that was not. One
+// that cannot be released stays this delivery's: acquireLock knows its
+// own value, and any other waiter takes it over once stale.
+func (r *Runner) giveBack(ctx context.Context, log *zap.Logger, l *taskLock) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
+	defer cancel()
+	if err := l.release(rctx); err != nil {
+		log.Warn("giving back the task lock", zap.String("key", l.key), zap.Error(err))
 	}
 }
 
 // readQueue reads what waits (JOBS' count per subject) and what runs (the
-// slots), and judges the slots stale by the server's clock of that read.
+// slots), the two reads together, and judges the slots stale by the
+// server's clock of the first.
 func (r *Runner) readQueue(ctx context.Context) (*queueView, error) {
+	var (
+		slots    []jetstream.KeyValueEntry
+		slotsErr error
+		reading  sync.WaitGroup
+	)
+	reading.Go(func() { slots, slotsErr = r.readSlots(ctx) })
 	info, err := r.jobsStream.Info(ctx, jetstream.WithSubjectFilter(proto.SubjectJobsAll))
+	reading.Wait()
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", proto.StreamJobs, err)
+	}
+	if slotsErr != nil {
+		return nil, slotsErr
 	}
 	v := &queueView{queued: map[string]map[proto.Kind]int{}, running: map[string]int{}, slots: map[string]slotEntry{}}
 	for subj, n := range info.State.Subjects {
@@ -253,21 +291,7 @@ func (r *Runner) readQueue(ctx context.Context) (*queueView, error) {
 		}
 		v.queued[parts[1]][proto.Kind(parts[2])] += int(n)
 	}
-	w, err := r.locks.WatchFiltered(ctx, []string{slotPrefix + ">"}, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("reading slots: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
-		if e == nil {
-			break // the snapshot is complete
-		}
+	for _, e := range slots {
 		stale := info.TimeStamp.Sub(e.Created()) > r.staleAfter()
 		v.slots[e.Key()] = slotEntry{rev: e.Revision(), stale: stale}
 		parts := strings.Split(e.Key(), ".")
@@ -281,6 +305,27 @@ func (r *Runner) readQueue(ctx context.Context) (*queueView, error) {
 		}
 	}
 	return v, nil
+}
+
+// readSlots is every slot key's current entry.
+func (r *Runner) readSlots(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
+	w, err := r.locks.WatchFiltered(ctx, []string{slotPrefix + ">"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("reading slots: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var slots []jetstream.KeyValueEntry
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				return slots, nil // the snapshot is complete
+			}
+			slots = append(slots, e)
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
 }
 
 // takeSlot takes a free or stale slot of project below limit, nil when

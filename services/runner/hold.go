@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,36 +31,48 @@ import (
 const usagePauseDefault = time.Hour
 
 // holdFor says why job may not start now (a proto.Hold* reason) and until
-// when, where that is known; "" when it may. st is the job's record as
-// read (nil: none): a job released by hand runs whatever holds it. A
-// bucket that cannot be read holds nothing: the limits are bookkeeping,
-// and an outage of them does not stop the fleet.
-func (r *Runner) holdFor(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, st *proto.Status) (reason string, until time.Time) {
-	if job.Kind == proto.KindCleanup || (st != nil && st.ReleasedBy != "") {
+// when, where that is known; "" when it may. A job released by hand runs
+// whatever holds it: that is its record's to say, which the caller reads.
+// A bucket that cannot be read holds nothing: the limits are bookkeeping,
+// and an outage of them does not stop the fleet. The reads do not depend
+// on each other, so they go out together.
+func (r *Runner) holdFor(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project) (reason string, until time.Time) {
+	if job.Kind == proto.KindCleanup {
 		return "", time.Time{}
 	}
 	now := time.Now()
-	if pz, err := r.pause(ctx, proto.ProjectPauseKey(job.Project)); err != nil {
-		log.Warn("reading the project's pause", zap.Error(err))
-	} else if pz != nil && pz.Active(now) {
-		return proto.HoldOperator, pz.Until
+	var (
+		reads               sync.WaitGroup
+		project, credential *proto.Pause
+		projectErr, credErr error
+		spent               = make([]float64, len(proto.Windows))
+		spentErr            = make([]error, len(proto.Windows))
+	)
+	reads.Go(func() { project, projectErr = r.pause(ctx, proto.ProjectPauseKey(job.Project)) })
+	reads.Go(func() { credential, credErr = r.pause(ctx, proto.UsagePauseKey(r.credID)) })
+	for i, w := range proto.Windows {
+		if p.Budget.Limit(w) > 0 {
+			reads.Go(func() { spent[i], spentErr[i] = r.spent(ctx, job.Project, w, now) })
+		}
 	}
-	if pz, err := r.pause(ctx, proto.UsagePauseKey(r.credID)); err != nil {
-		log.Warn("reading the credential's pause", zap.Error(err))
-	} else if pz != nil && pz.Active(now) {
-		return proto.HoldUsageLimit, pz.Until
+	reads.Wait()
+	if projectErr != nil {
+		log.Warn("reading the project's pause", zap.Error(projectErr))
+	} else if project != nil && project.Active(now) {
+		return proto.HoldOperator, project.Until
 	}
-	for _, w := range proto.Windows {
+	if credErr != nil {
+		log.Warn("reading the credential's pause", zap.Error(credErr))
+	} else if credential != nil && credential.Active(now) {
+		return proto.HoldUsageLimit, credential.Until
+	}
+	for i, w := range proto.Windows {
 		limit := p.Budget.Limit(w)
-		if limit <= 0 {
-			continue
-		}
-		spent, err := r.spent(ctx, job.Project, w, now)
-		if err != nil {
-			log.Warn("reading the project's spend", zap.String("window", w), zap.Error(err))
-			continue
-		}
-		if spent >= limit {
+		switch {
+		case limit <= 0:
+		case spentErr[i] != nil:
+			log.Warn("reading the project's spend", zap.String("window", w), zap.Error(spentErr[i]))
+		case spent[i] >= limit:
 			return proto.HoldOverBudget, proto.WindowEnd(w, now, r.loc)
 		}
 	}

@@ -90,22 +90,34 @@ func lockKey(job *proto.Job) string {
 	return proto.Token(job.Project) + "." + proto.Token(job.Task.ID)
 }
 
-// acquireLock waits until it holds the task's lock or ctx ends. A failing
-// NATS is waited out: the heartbeat decides when the job is lost.
-func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Job, attempt int) (*taskLock, error) {
+// taskLockOf is job's task lock, not yet taken.
+func (r *Runner) taskLockOf(job *proto.Job, attempt int) (*taskLock, error) {
 	value, err := json.Marshal(lockValue{Job: job.ID, Attempt: attempt, Runner: r.cfg.Name, Since: time.Now().UTC()})
 	if err != nil {
 		return nil, fmt.Errorf("encoding task lock: %w", err)
 	}
-	l := &taskLock{kv: r.locks, key: lockKey(job), value: value}
+	return &taskLock{kv: r.locks, key: lockKey(job), value: value}, nil
+}
+
+// take creates l's key: jetstream.ErrKeyExists while another holds it.
+func (l *taskLock) take(ctx context.Context) error {
+	rev, err := l.kv.Create(ctx, l.key, l.value)
+	if err == nil {
+		l.rev = rev
+	}
+	return err
+}
+
+// acquireLock waits until it holds l or ctx ends. A failing NATS is
+// waited out: the heartbeat decides when the job is lost.
+func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, l *taskLock) error {
 	waitLogged := false
 	poll := min(r.cfg.AckWait/4, time.Second)
 	for {
 		wait := poll
-		rev, err := r.locks.Create(ctx, l.key, value)
+		err := l.take(ctx)
 		if err == nil {
-			l.rev = rev
-			return l, nil
+			return nil
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			e, gerr := r.locks.Get(ctx, l.key)
@@ -114,6 +126,11 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 				continue // released meanwhile
 			case gerr != nil:
 				log.Debug("reading task lock", zap.Error(gerr))
+			case bytes.Equal(e.Value(), l.value):
+				// This delivery's own: a create whose answer was lost,
+				// or one taken beside a slot and not given back.
+				l.rev = e.Revision()
+				return nil
 			default:
 				age, aerr := r.lockAge(ctx, e)
 				if !waitLogged {
@@ -130,18 +147,18 @@ func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, job *proto.Jo
 					wait = min(poll, r.staleAfter()-age+time.Millisecond)
 					break
 				}
-				rev, uerr := r.locks.Update(ctx, l.key, value, e.Revision())
+				rev, uerr := r.locks.Update(ctx, l.key, l.value, e.Revision())
 				if uerr == nil {
 					log.Warn("took over a stale task lock", zap.String("lock", l.key), zap.ByteString("holder", e.Value()), zap.Duration("age", age))
 					l.rev = rev
-					return l, nil
+					return nil
 				}
 			}
 		} else if ctx.Err() == nil {
 			log.Debug("taking task lock", zap.Error(err))
 		}
 		if !backoff.Sleep(ctx, wait) {
-			return nil, context.Cause(ctx)
+			return context.Cause(ctx)
 		}
 	}
 }

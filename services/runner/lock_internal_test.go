@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
@@ -47,5 +50,47 @@ func TestRefreshAfterALostAnswer(t *testing.T) {
 	}
 	if err := l.release(ctx); err == nil {
 		t.Error("a lock taken over was released by its old holder")
+	}
+}
+
+// A delivery's own lock, left on the server by a create whose answer was
+// lost (or taken beside a slot and not given back), is taken at once; a
+// lock of another delivery of the same job is waited for.
+func TestAcquireLockKnowsItsOwn(t *testing.T) {
+	_, js, _ := natstest.Connect(t, natstest.Server(t))
+	ctx := context.Background()
+	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{js: js, locks: locks, log: zap.NewNop(), cfg: Config{Name: "r1", AckWait: time.Hour, KillGrace: time.Second}}
+	job := &proto.Job{ID: "j1", Project: "widgets", Task: proto.Task{ID: "task-own"}}
+	l, err := r.taskLockOf(job, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := locks.Create(ctx, l.key, l.value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.acquireLock(wctx, r.log, l); err != nil {
+		t.Fatalf("acquiring the delivery's own lock: %v", err)
+	}
+	if l.rev != rev {
+		t.Fatalf("lock at revision %d, want the stored %d", l.rev, rev)
+	}
+
+	// The next attempt of the same job is another holder: it waits (the
+	// lock is an hour from stale).
+	next, err := r.taskLockOf(job, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := r.acquireLock(wctx, r.log, next); err == nil {
+		t.Fatal("a second attempt took a lock its first still holds")
 	}
 }

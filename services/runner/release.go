@@ -186,7 +186,7 @@ func (r *Runner) releaseEnded(ctx context.Context, log *zap.Logger, held map[str
 		reason, seen := holds[job.Project]
 		if !seen {
 			if p, ok := reg.ByKey(job.Project); ok {
-				reason, _ = r.holdFor(ctx, jl, job, p, nil)
+				reason, _ = r.holdFor(ctx, jl, job, p)
 			}
 			// A project the registry no longer has is released: the
 			// runner that pulls it rejects it, as any job of it.

@@ -1,9 +1,14 @@
 package runner
 
 import (
+	"context"
+	"reflect"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
 )
@@ -49,5 +54,101 @@ func TestJudge(t *testing.T) {
 		if got := judge(tc.v, tc.job, tc.p, projects, 4, tc.mayDefer, tc.served); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The slots as one direct get reads them are the slots a KV watch sees:
+// each key in use with its value, revision and time stamp, none of the
+// released ones; none at all reads as none.
+func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
+	nc, js, _ := natstest.Connect(t, natstest.Server(t))
+	ctx := context.Background()
+	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{nc: nc, locks: locks, log: zap.NewNop()}
+	if slots, err := r.lastSlots(ctx); err != nil || len(slots) != 0 {
+		t.Fatalf("no slot in use: %v, %v", slots, err)
+	}
+	for _, key := range []string{slotKey("a", 0), slotKey("a", 1), slotKey("b", 0), "a.some-task"} {
+		if _, err := locks.Create(ctx, key, []byte(`{"job":"`+key+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := locks.Delete(ctx, slotKey("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Put(ctx, slotKey("b", 0), []byte(`{"job":"refreshed"}`)); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := r.lastSlots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched, err := r.watchSlots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range watched {
+		watched[i].created = watched[i].created.UTC()
+	}
+	if len(direct) != 2 || !reflect.DeepEqual(direct, watched) {
+		t.Fatalf("direct get read\n%+v\na watch\n%+v\nwant slot.a.0 and slot.b.0 alike", direct, watched)
+	}
+	if direct[1].key != slotKey("b", 0) || string(direct[1].value) != `{"job":"refreshed"}` {
+		t.Errorf("slot b.0 read as %+v, want its refreshed value", direct[1])
+	}
+
+	// A stream that answers no direct get (a server before 2.11 answers
+	// this one with an error too) is read with the watch.
+	s, err := js.Stream(ctx, "KV_"+proto.BucketTaskLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.lastSlots(ctx); err == nil {
+		t.Fatal("a direct get answered without direct gets allowed")
+	}
+	slots, err := r.readSlots(ctx)
+	if err != nil || len(slots) != 2 {
+		t.Fatalf("slots without direct gets: %+v, %v", slots, err)
+	}
+}
+
+// BenchmarkReadSlots compares the two ways of reading the slots in use
+// (8 of them) that admission has, on the same server: one direct get,
+// and the KV watch (a consumer created and deleted per read).
+func BenchmarkReadSlots(b *testing.B) {
+	nc, js, _ := natstest.Connect(b, natstest.Server(b))
+	ctx := context.Background()
+	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for n := range 8 {
+		if _, err := locks.Create(ctx, slotKey("widgets", n), []byte(`{"job":"j"}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := &Runner{nc: nc, locks: locks, log: zap.NewNop()}
+	for _, read := range []struct {
+		name string
+		f    func(context.Context) ([]slotRead, error)
+	}{{"direct-get", r.lastSlots}, {"watch", r.watchSlots}, {"one-kv-get", func(ctx context.Context) ([]slotRead, error) {
+		_, err := locks.Get(ctx, slotKey("widgets", 0))
+		return make([]slotRead, 8), err
+	}}} {
+		b.Run(read.name, func(b *testing.B) {
+			for b.Loop() {
+				if slots, err := read.f(ctx); err != nil || len(slots) != 8 {
+					b.Fatalf("%d slots, %v", len(slots), err)
+				}
+			}
+		})
 	}
 }

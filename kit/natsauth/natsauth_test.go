@@ -241,6 +241,18 @@ func TestServicesDoTheirWork(t *testing.T) {
 		if _, err := locks.Create(ctx, "acme.t1", []byte("runner")); err != nil {
 			return err
 		}
+		// Admission reads the slots with one batched direct get.
+		if _, err := locks.Create(ctx, "slot.acme.0", []byte("runner")); err != nil {
+			return err
+		}
+		m, err := rn.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+proto.BucketTaskLocks,
+			[]byte(`{"multi_last":["$KV.`+proto.BucketTaskLocks+`.slot.>"]}`))
+		if err != nil {
+			return fmt.Errorf("batched direct get of the slots: %w", err)
+		}
+		if m.Header.Get(jetstream.SubjectHeader) != "$KV."+proto.BucketTaskLocks+".slot.acme.0" {
+			return fmt.Errorf("batched direct get of the slots answered %v", m.Header)
+		}
 		_, err = rn.js.Stream(ctx, proto.StreamTaskLocks)
 		return err
 	})

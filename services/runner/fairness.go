@@ -60,6 +60,9 @@ import (
 type fairness struct {
 	mu     sync.Mutex
 	served map[string]time.Time
+	// watchSlotsUntil is when readSlots tries a direct get again after
+	// one failed.
+	watchSlotsUntil time.Time
 }
 
 // deferralsMax is how often a job may be put back for other work.
@@ -316,18 +319,31 @@ type slotRead struct {
 	created time.Time
 }
 
-// readSlots reads every slot key in use. One batched direct get (the last
-// message of each slot's subject, nats-server 2.11 and later) answers in a
-// round trip; a server that cannot answer it is read with a KV watch,
-// which creates a consumer and costs a few.
+// readSlots reads every slot key in use, with r.fair.mu held. One batched
+// direct get (the last message of each slot's subject, nats-server 2.11
+// and later) answers in a round trip; when it fails (an older server, a
+// NATS user without DIRECT.GET on the bucket) the slots are read with a KV
+// watch, which creates a consumer and costs a few, for the next
+// directGetRetry.
 func (r *Runner) readSlots(ctx context.Context) ([]slotRead, error) {
-	slots, err := r.lastSlots(ctx)
-	if err == nil {
-		return slots, nil
+	if time.Now().After(r.fair.watchSlotsUntil) {
+		slots, err := r.lastSlots(ctx)
+		if err == nil || ctx.Err() != nil {
+			return slots, err
+		}
+		r.log.Warn("reading the slots with a watch: a direct get of them failed", zap.Duration("for", directGetRetry), zap.Error(err))
+		r.fair.watchSlotsUntil = time.Now().Add(directGetRetry)
 	}
-	r.log.Debug("reading the slots in one direct get", zap.Error(err))
 	return r.watchSlots(ctx)
 }
+
+const (
+	// directGetTimeout bounds a direct get's answer.
+	directGetTimeout = 2 * time.Second
+	// directGetRetry is how long the slots are watched after a direct get
+	// of them failed.
+	directGetRetry = time.Minute
+)
 
 // lastSlots is readSlots by a batched direct get of the task-locks
 // bucket's stream: its answer is the last message of each slot subject,
@@ -389,10 +405,6 @@ func (r *Runner) lastSlots(ctx context.Context) ([]slotRead, error) {
 		})
 	}
 }
-
-// directGetTimeout bounds a direct get's answer, as the jetstream
-// package's default request timeout does its own.
-const directGetTimeout = 5 * time.Second
 
 // watchSlots is readSlots by a KV watch of the slot keys.
 func (r *Runner) watchSlots(ctx context.Context) ([]slotRead, error) {

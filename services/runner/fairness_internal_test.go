@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
 )
@@ -61,12 +60,8 @@ func TestJudge(t *testing.T) {
 // each key in use with its value, revision and time stamp, none of the
 // released ones; none at all reads as none.
 func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
-	nc, js, _ := natstest.Connect(t, natstest.Server(t))
+	nc, js, locks := lockServer(t)
 	ctx := context.Background()
-	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &Runner{nc: nc, locks: locks, log: zap.NewNop()}
 	if slots, err := r.lastSlots(ctx); err != nil || len(slots) != 0 {
 		t.Fatalf("no slot in use: %v, %v", slots, err)
@@ -124,12 +119,8 @@ func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
 // (8 of them) that admission has, on the same server: one direct get,
 // and the KV watch (a consumer created and deleted per read).
 func BenchmarkReadSlots(b *testing.B) {
-	nc, js, _ := natstest.Connect(b, natstest.Server(b))
+	nc, _, locks := lockServer(b)
 	ctx := context.Background()
-	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
-	if err != nil {
-		b.Fatal(err)
-	}
 	for n := range 8 {
 		if _, err := locks.Create(ctx, slotKey("widgets", n), []byte(`{"job":"j"}`)); err != nil {
 			b.Fatal(err)

@@ -6,23 +6,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
 )
 
+// lockServer is a new server's connection and its task-locks bucket.
+func lockServer(t testing.TB) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	nc, js, _ := natstest.Connect(t, natstest.Server(t))
+	locks, err := js.KeyValue(context.Background(), proto.BucketTaskLocks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, locks
+}
+
 // A refresh whose answer was lost after JetStream stored it leaves the
 // lock at a newer revision with the holder's own value: the holder keeps
 // the lock (that beat is not confirmed, the next one is). A revision with
 // another value is a takeover.
 func TestRefreshAfterALostAnswer(t *testing.T) {
-	_, js, _ := natstest.Connect(t, natstest.Server(t))
+	_, _, locks := lockServer(t)
 	ctx := context.Background()
-	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	value := []byte(`{"job":"j1","attempt":1,"runner":"r1"}`)
 	rev, err := locks.Create(ctx, "widgets.task-l", value)
 	if err != nil {
@@ -57,12 +66,8 @@ func TestRefreshAfterALostAnswer(t *testing.T) {
 // lost (or taken beside a slot and not given back), is taken at once; a
 // lock of another delivery of the same job is waited for.
 func TestAcquireLockKnowsItsOwn(t *testing.T) {
-	_, js, _ := natstest.Connect(t, natstest.Server(t))
+	_, js, locks := lockServer(t)
 	ctx := context.Background()
-	locks, err := js.KeyValue(ctx, proto.BucketTaskLocks)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &Runner{js: js, locks: locks, log: zap.NewNop(), cfg: Config{Name: "r1", AckWait: time.Hour, KillGrace: time.Second}}
 	job := &proto.Job{ID: "j1", Project: "widgets", Task: proto.Task{ID: "task-own"}}
 	l, err := r.taskLockOf(job, 1)

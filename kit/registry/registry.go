@@ -82,6 +82,9 @@ type Project struct {
 	// the top); empty checks out everything. A worktree keeps what it was
 	// made with.
 	SparseCheckout []string `yaml:"sparse_checkout"`
+	// SpareWorktree false keeps no spare worktree for the project's next
+	// new task (a big repository's disk); unset or true keeps one.
+	SpareWorktree *bool `yaml:"spare_worktree"`
 	// Egress are more host[:port] entries (port 443 when left out) this
 	// project's confined agents may reach, besides ORCH_AGENT_EGRESS, the
 	// project's git host and the model API (a package registry).

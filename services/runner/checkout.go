@@ -47,7 +47,8 @@ func (r *Runner) prepare(ctx context.Context, log *zap.Logger, job *proto.Job, p
 
 // repoOf is where p's code comes from.
 func repoOf(p *registry.Project) workspace.Repo {
-	return workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch, Sparse: p.SparseCheckout}
+	return workspace.Repo{Project: p.Key, CloneURL: p.CloneURL, DefaultBranch: p.DefaultBranch, Sparse: p.SparseCheckout,
+		NoSpare: p.SpareWorktree != nil && !*p.SpareWorktree}
 }
 
 // makeSpare makes p's spare worktree ready for its next new task (see

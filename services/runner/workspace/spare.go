@@ -45,7 +45,8 @@ func (w *Workspace) spareDir(project string) (string, error) {
 
 // MakeSpare makes project's spare worktree at the default branch's remote
 // head, unless one is there already at that head with the same sparse
-// directories. A project with no clone yet has none.
+// directories. A project with no clone yet has none; one whose registry
+// entry says spare_worktree: false (repo.NoSpare) has its spare removed.
 func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
 	gitDir, err := w.RepoDir(repo.Project)
 	if err != nil {
@@ -61,6 +62,10 @@ func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
 	if rs.url != repo.CloneURL {
 		return nil // no clone this process set up for this URL
 	}
+	if repo.NoSpare {
+		rs.spare = nil
+		return removeSpare(ctx, gitDir, dir)
+	}
 	start := "refs/remotes/origin/" + repo.DefaultBranch
 	commit, err := readRef(gitDir, start)
 	if err != nil || !isOID(commit) {
@@ -70,15 +75,8 @@ func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
 		return nil
 	}
 	rs.spare = nil
-	if _, err := os.Stat(dir); err == nil {
-		if _, err := git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir); err != nil {
-			if err := os.RemoveAll(dir); err != nil {
-				return fmt.Errorf("removing the old spare worktree: %w", err)
-			}
-			if _, err := git(ctx, gitDir, "worktree", "prune"); err != nil {
-				return err
-			}
-		}
+	if err := removeSpare(ctx, gitDir, dir); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("creating the spare worktree's parent: %w", err)
@@ -98,6 +96,21 @@ func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
 	}
 	rs.spare = &spare{dir: dir, commit: commit, sparse: slices.Clone(repo.Sparse)}
 	return nil
+}
+
+// removeSpare removes the spare worktree at dir, if there is one.
+func removeSpare(ctx context.Context, gitDir, dir string) error {
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	if _, err := git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir); err == nil {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing the old spare worktree: %w", err)
+	}
+	_, err := git(ctx, gitDir, "worktree", "prune")
+	return err
 }
 
 // takeSpare makes the spare worktree the task's at dir, on a new branch

@@ -155,3 +155,36 @@ func TestSpareSparseAndCleaned(t *testing.T) {
 		t.Errorf("a removed spare is still listed:\n%s", list)
 	}
 }
+
+// A project whose registry entry says spare_worktree: false keeps none:
+// the spare made before is removed (from git's list too), and a new task
+// adds its worktree.
+func TestNoSpare(t *testing.T) {
+	ctx := context.Background()
+	o, _ := newOrigin(t)
+	ws, repo := o.setup()
+	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	spareDir := filepath.Join(ws.Root, "spares", "widgets")
+	if _, err := os.Stat(spareDir); err != nil {
+		t.Fatalf("no spare made: %v", err)
+	}
+
+	repo.NoSpare = true
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(spareDir); !os.IsNotExist(err) {
+		t.Errorf("the spare is still there with spare_worktree false: %v", err)
+	}
+	clone, _ := ws.RepoDir("widgets")
+	if list := gitOut(t, clone, "worktree", "list", "--porcelain"); strings.Contains(list, spareDir) {
+		t.Errorf("git still lists the spare:\n%s", list)
+	}
+	co := prepare(t, ws, repo, workspace.Want{Task: "wid-2", Since: time.Now()})
+	if co.Made != workspace.MadeByAdd {
+		t.Errorf("new task made by %q, want %q", co.Made, workspace.MadeByAdd)
+	}
+}

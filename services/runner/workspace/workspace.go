@@ -69,6 +69,8 @@ type Repo struct {
 	// Sparse lists the directories a new worktree checks out (git's cone
 	// mode); empty checks out everything.
 	Sparse []string
+	// NoSpare keeps no spare worktree: MakeSpare removes the one there.
+	NoSpare bool
 }
 
 // Branch is the branch of task.

@@ -141,8 +141,9 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	}()
 
-	// The project's slot first (fairness.go): a job waiting for it holds
-	// no task lock another job of the task could use.
+	// The project's slot first, the task lock beside it when the slot is
+	// free (fairness.go): a job waiting for its slot holds no task lock
+	// another job of the task could use.
 	l, err := r.taskLockOf(job, attempt)
 	if err != nil {
 		settleAs(unprepared(err))

@@ -380,14 +380,14 @@ func (r *Runner) lastSlots(ctx context.Context) ([]slotRead, error) {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204": // end of batch
+		switch status, descr := m.Header.Get("Status"), m.Header.Get("Description"); {
+		case status == "":
+		case status == "204": // end of batch
 			return slots, nil
-		case "404": // no slot in use
+		case status == "404" && descr == "No Results": // no slot in use
 			return nil, nil
 		default:
-			return nil, fmt.Errorf("direct get of the slots: %s %s", status, m.Header.Get("Description"))
+			return nil, fmt.Errorf("direct get of the slots: %s %s", status, descr)
 		}
 		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 			continue // released

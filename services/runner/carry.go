@@ -98,7 +98,7 @@ func (r *Runner) claudeDir(job *proto.Job) (string, error) {
 // worktree is as prepared, at the remote head), and a resumed session.
 // Nothing here fails the job.
 func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int, co *workspace.Checkout) carried {
-	c := carried{place: taskstate.Place{Project: job.Project, Task: job.Task.ID, Worktree: co.Dir}}
+	c := carried{place: taskstate.Place{Project: job.Project, Task: job.Task.ID, Worktree: co.Dir, Head: co.Head}}
 	if r.state == nil {
 		return c
 	}
@@ -124,7 +124,9 @@ func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p
 	case m == nil:
 		return c
 	}
-	r.stateMetrics.bytes.WithLabelValues("restore").Add(float64(m.Bytes))
+	if res.Fetched {
+		r.stateMetrics.bytes.WithLabelValues("restore").Add(float64(m.Bytes))
+	}
 	fields := []zap.Field{zap.String("saved_by", m.Runner), zap.Time("saved_at", m.SavedAt), zap.String("saved_head", m.Head), zap.Int64("bytes", m.Bytes)}
 	own := res.Skipped != "" && m.Runner == r.cfg.Name
 	switch {

@@ -29,6 +29,11 @@ type last struct {
 	bundle string
 	// digest is the sha256 of the last state put, without its time.
 	digest string
+	// saved is the manifest of the last state put, and nuid the object
+	// it was put as: while the store still holds that object, it is the
+	// task's state (see Restore).
+	saved *Manifest
+	nuid  string
 }
 
 func (m *memo) get(key string) last {

@@ -23,6 +23,9 @@ type Restored struct {
 	// its own).
 	Did     bool
 	Skipped string
+	// Fetched says the state was read from the store; a worktree this
+	// store saved, still at its head, needs no read.
+	Fetched bool
 }
 
 // What says in a phrase what was restored: "2 commits, uncommitted
@@ -61,6 +64,10 @@ func plural(n int, one, many string) string {
 	return fmt.Sprintf("%d %s", n, many)
 }
 
+// skippedOwn is why a state is not restored into the worktree it was
+// saved from.
+const skippedOwn = "this runner's worktree is the saved one"
+
 // Restore reads the task's saved state and, unless the worktree at pl
 // already is that state (this runner saved it, and the worktree is at the
 // same head or keeps its changes) or holds uncommitted work of its own,
@@ -72,6 +79,16 @@ func plural(n int, one, many string) string {
 // back to the head it had. An error wrapping ErrUnreadable means the
 // state could not be read and the worktree is as it was.
 func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
+	// The state this store put last, still the object the store holds,
+	// of a worktree still at its head: the worktree is the saved one, and
+	// the object's info says so without reading the state or the
+	// worktree (the next job of a task on the same runner).
+	if l := s.memo.get(pl.key()); l.saved != nil && pl.Head != "" && pl.Head == l.saved.Head {
+		if info, err := s.Obj.GetInfo(ctx, pl.key()); err == nil && info.NUID == l.nuid {
+			m := *l.saved
+			return Restored{Manifest: &m, Skipped: skippedOwn}, nil
+		}
+	}
 	tmp, err := os.MkdirTemp(s.TempDir, "taskstate-restore-")
 	if err != nil {
 		return Restored{}, err
@@ -81,7 +98,7 @@ func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
 	if err != nil || m == nil {
 		return Restored{}, err
 	}
-	res := Restored{Manifest: m}
+	res := Restored{Manifest: m, Fetched: true}
 	wt := pl.Worktree
 	st, err := readStatus(ctx, wt)
 	if err != nil {
@@ -91,7 +108,7 @@ func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
 	// This runner's own worktree, at the saved head or holding its own
 	// changes kept since: the state is what it has, or older.
 	if m.Runner == s.Runner && (head == m.Head || st.dirty()) {
-		res.Skipped = "this runner's worktree is the saved one"
+		res.Skipped = skippedOwn
 		return res, nil
 	}
 	if st.dirty() {

@@ -99,6 +99,9 @@ type Place struct {
 	// ClaudeDir is Claude Code's configuration directory for the task's
 	// agent: CLAUDE_CONFIG_DIR, else the agent's $HOME/.claude.
 	ClaudeDir string
+	// Head is the worktree's HEAD as the caller read it, "" when it did
+	// not: Restore reads no state this store saved at that head.
+	Head string
 }
 
 func (p Place) key() string { return proto.TaskStateKey(p.Project, p.Task) }
@@ -203,7 +206,7 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 			return m, fmt.Errorf("deleting the task's earlier state: %w", err)
 		}
 		l := s.memo.get(pl.key())
-		l.digest = digest
+		l.digest, l.saved, l.nuid = digest, nil, ""
 		s.memo.set(pl.key(), l)
 		m.Empty = true
 		return m, nil
@@ -221,11 +224,13 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 	if fi, err := f.Stat(); err == nil {
 		m.Bytes = fi.Size()
 	}
-	if _, err := s.Obj.Put(ctx, jetstream.ObjectMeta{Name: pl.key(), Description: "orch task state of " + pl.Project + "/" + pl.Task + " by " + s.Runner}, f); err != nil {
+	info, err := s.Obj.Put(ctx, jetstream.ObjectMeta{Name: pl.key(), Description: "orch task state of " + pl.Project + "/" + pl.Task + " by " + s.Runner}, f)
+	if err != nil {
 		return m, fmt.Errorf("putting the state into %s: %w", proto.ObjectStoreTaskState, err)
 	}
+	saved := m
 	l := s.memo.get(pl.key())
-	l.digest = digest
+	l.digest, l.saved, l.nuid = digest, &saved, info.NUID
 	s.memo.set(pl.key(), l)
 	return m, nil
 }

@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
 
-func run(t *testing.T, dir string, args ...string) string {
+func run(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"}, args...)...)
 	cmd.Dir = dir
@@ -35,13 +35,13 @@ func run(t *testing.T, dir string, args ...string) string {
 // world is a remote and a store: two clones of the remote are two
 // runners' worktrees.
 type world struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	remote string
 	store  func(runner string) *taskstate.Store
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	w := &world{t: t, dir: t.TempDir()}
 	w.remote = filepath.Join(w.dir, "remote")
 	os.MkdirAll(w.remote, 0o755)
@@ -214,5 +214,79 @@ func TestClean(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 || entries[0].Name() != "worktrees" {
 		t.Errorf("left %v, want only worktrees", entries)
+	}
+}
+
+// The next job of a task on the runner that saved its state, in the
+// worktree still at the saved head, reads no state: the object's info
+// says it is still the one this store put. A worktree at another head, or
+// a state another runner put since, is read as ever.
+func TestRestoreOwnStateReadsNothing(t *testing.T) {
+	w := newWorld(t)
+	a := w.clone("a")
+	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
+	run(t, a.Worktree, "add", "work.txt")
+	run(t, a.Worktree, "commit", "-q", "-m", "unpushed")
+	ctx := context.Background()
+	s := w.store("A")
+	if _, err := s.Save(ctx, a, ""); err != nil {
+		t.Fatal(err)
+	}
+	a.Head = run(t, a.Worktree, "rev-parse", "HEAD")
+	res, err := s.Restore(ctx, a)
+	if err != nil || res.Fetched || res.Did || res.Skipped == "" || res.Manifest == nil || res.Manifest.Commits != 1 || res.Manifest.Runner != "A" {
+		t.Fatalf("restore into the saving runner's worktree: %+v (manifest %+v), %v; want A's manifest, nothing read or written", res, res.Manifest, err)
+	}
+
+	moved := a
+	moved.Head = strings.Repeat("0", 40)
+	if res, err := s.Restore(ctx, moved); err != nil || !res.Fetched || res.Did {
+		t.Fatalf("restore for another head: %+v, %v; want the state read (and the worktree, its own, kept)", res, err)
+	}
+
+	b := w.clone("b")
+	os.WriteFile(filepath.Join(b.Worktree, "other.txt"), []byte("b's\n"), 0o644)
+	if _, err := w.store("B").Save(ctx, b, ""); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Restore(ctx, a); err != nil || !res.Fetched || res.Manifest == nil || res.Manifest.Runner != "B" {
+		t.Fatalf("restore after B's save: %+v, %v; want B's state read", res, err)
+	}
+}
+
+// BenchmarkRestoreOwn is a task's next job on the runner that saved its
+// state (a commit and a session of 256 KiB), its worktree at the saved
+// head: "known-head" is the dispatch's path (the head from the
+// checkout: the object's info only), "head-unknown" the state read and
+// the worktree's status taken, as every restore did before.
+func BenchmarkRestoreOwn(b *testing.B) {
+	w := newWorld(b)
+	a := w.clone("a")
+	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
+	run(b, a.Worktree, "add", "work.txt")
+	run(b, a.Worktree, "commit", "-q", "-m", "unpushed")
+	sdir := taskstate.SessionDir(a.ClaudeDir, a.Worktree)
+	os.MkdirAll(sdir, 0o700)
+	os.WriteFile(filepath.Join(sdir, "s1.jsonl"), bytes.Repeat([]byte("{\"turn\":1}\n"), 256<<10/11), 0o600)
+	ctx := context.Background()
+	s := w.store("A")
+	if _, err := s.Save(ctx, a, "s1"); err != nil {
+		b.Fatal(err)
+	}
+	head := run(b, a.Worktree, "rev-parse", "HEAD")
+	for _, c := range []struct {
+		name, head string
+		fetched    bool
+	}{{"known-head", head, false}, {"head-unknown", "", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			pl := a
+			pl.Head = c.head
+			for b.Loop() {
+				res, err := s.Restore(ctx, pl)
+				if err != nil || res.Fetched != c.fetched || res.Did {
+					b.Fatalf("%+v, %v", res, err)
+				}
+			}
+		})
 	}
 }

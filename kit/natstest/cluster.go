@@ -3,7 +3,6 @@ package natstest
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/freeport"
 )
 
 // TestCluster is a JetStream cluster in the test's process: three nodes,
@@ -116,22 +116,14 @@ func (c *TestCluster) StreamLeader(t testing.TB, js jetstream.JetStream, stream 
 	return leader
 }
 
-// freePorts picks n free loopback ports: a cluster's nodes need their
-// route ports before any of them starts, so Port -1 will not do.
+// freePorts picks n free loopback ports (freeport: out of the way of
+// other processes' connections): a cluster's nodes need their route
+// ports before any of them starts, so Port -1 will not do.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
+	ports, err := freeport.Loopback(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/orch-dev/orch/bench/internal/proc"
 	"github.com/orch-dev/orch/bench/internal/project"
 	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/freeport"
 	"github.com/orch-dev/orch/proto"
 )
 
@@ -232,12 +232,11 @@ func waitFor(ctx context.Context, p *proc.Proc, timeout time.Duration, f func() 
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freeport.Loopback(1)
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // apiToken is the gateway's ORCH_API_TOKEN in the bench: GET /queue needs it.

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/orch-dev/orch/bench/internal/proc"
+	"github.com/orch-dev/orch/kit/freeport"
 	"github.com/orch-dev/orch/kit/natsauth"
 )
 
@@ -343,23 +343,8 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// freePorts picks n free loopback ports: a server's ports must be known
-// before its configuration is written.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			_ = ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// freePorts picks n free loopback ports (freeport: out of the way of
+// other processes' connections, so a server killed and started again
+// finds its ports free): a server's ports must be known before its
+// configuration is written.
+func freePorts(n int) ([]int, error) { return freeport.Loopback(n) }

@@ -60,6 +60,13 @@ func newWorld(t testing.TB) *world {
 	return w
 }
 
+// commit makes a commit in pl's worktree that no remote has.
+func (w *world) commit(pl taskstate.Place) {
+	os.WriteFile(filepath.Join(pl.Worktree, "work.txt"), []byte("work\n"), 0o644)
+	run(w.t, pl.Worktree, "add", "work.txt")
+	run(w.t, pl.Worktree, "commit", "-q", "-m", "unpushed")
+}
+
 func (w *world) clone(name string) taskstate.Place {
 	dir := filepath.Join(w.dir, name, "wt")
 	run(w.t, w.dir, "clone", "-q", w.remote, dir)
@@ -77,9 +84,7 @@ func TestRestoreMissingHistory(t *testing.T) {
 	run(t, w.remote, "add", "new.txt")
 	run(t, w.remote, "commit", "-q", "-m", "on the remote")
 	a := w.clone("a")
-	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
-	run(t, a.Worktree, "add", "work.txt")
-	run(t, a.Worktree, "commit", "-q", "-m", "unpushed")
+	w.commit(a)
 	ctx := context.Background()
 	m, err := w.store("A").Save(ctx, a, "")
 	if err != nil || m.Commits != 1 {
@@ -153,9 +158,7 @@ func TestRestoreRefusesEscapes(t *testing.T) {
 func TestSaveUnchanged(t *testing.T) {
 	w := newWorld(t)
 	a := w.clone("a")
-	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
-	run(t, a.Worktree, "add", "work.txt")
-	run(t, a.Worktree, "commit", "-q", "-m", "unpushed")
+	w.commit(a)
 	ctx := context.Background()
 	s := w.store("A")
 	info := func() string {
@@ -224,9 +227,7 @@ func TestClean(t *testing.T) {
 func TestRestoreOwnStateReadsNothing(t *testing.T) {
 	w := newWorld(t)
 	a := w.clone("a")
-	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
-	run(t, a.Worktree, "add", "work.txt")
-	run(t, a.Worktree, "commit", "-q", "-m", "unpushed")
+	w.commit(a)
 	ctx := context.Background()
 	s := w.store("A")
 	if _, err := s.Save(ctx, a, ""); err != nil {
@@ -262,9 +263,7 @@ func TestRestoreOwnStateReadsNothing(t *testing.T) {
 func BenchmarkRestoreOwn(b *testing.B) {
 	w := newWorld(b)
 	a := w.clone("a")
-	os.WriteFile(filepath.Join(a.Worktree, "work.txt"), []byte("work\n"), 0o644)
-	run(b, a.Worktree, "add", "work.txt")
-	run(b, a.Worktree, "commit", "-q", "-m", "unpushed")
+	w.commit(a)
 	sdir := taskstate.SessionDir(a.ClaudeDir, a.Worktree)
 	os.MkdirAll(sdir, 0o700)
 	os.WriteFile(filepath.Join(sdir, "s1.jsonl"), bytes.Repeat([]byte("{\"turn\":1}\n"), 256<<10/11), 0o600)

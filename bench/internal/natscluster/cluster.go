@@ -96,7 +96,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		o.Size = 3
 	}
 	c := &Cluster{opts: o}
-	ports, err := freePorts(3 * o.Size)
+	ports, err := freeport.Loopback(3 * o.Size) // out of the way of other processes' connections
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	// A port where nothing listens: what every server advertises for its
 	// routes (see the package comment).
-	nowhere, err := freePorts(1)
+	nowhere, err := freeport.Loopback(1)
 	if err != nil {
 		c.Stop()
 		return nil, err
@@ -342,9 +342,3 @@ func (c *Cluster) Stop() {
 		}
 	}
 }
-
-// freePorts picks n free loopback ports (freeport: out of the way of
-// other processes' connections, so a server killed and started again
-// finds its ports free): a server's ports must be known before its
-// configuration is written.
-func freePorts(n int) ([]int, error) { return freeport.Loopback(n) }

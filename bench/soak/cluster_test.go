@@ -213,12 +213,14 @@ func TestSoakCluster(t *testing.T) {
 // ORCH_STREAM_REPLICAS=3, its own NATS user and all three URLs.
 func newClusterSystem(t *testing.T, p pace) *system {
 	sys := prepare(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bin, err := natscluster.Build(ctx, filepath.Join(sys.dir, "bin"))
+	bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	bin, err := natscluster.Build(bctx, filepath.Join(sys.dir, "bin"))
+	bcancel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	passwords := map[string]string{}
 	for _, u := range natsauth.Users() {
 		b := make([]byte, 16)

@@ -42,13 +42,18 @@ func TestPartitionAndKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds nats-server and starts three")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	// The build has its own deadline: cold, beside the other packages'
+	// tests on two cores, it took over two minutes in CI, and the
+	// cluster's steps must not inherit what is left of it.
 	dir := t.TempDir()
-	bin, err := Build(ctx, dir)
+	bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	bin, err := Build(bctx, dir)
+	bcancel()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 	pw := map[string]string{}
 	for _, u := range natsauth.Users() {
 		pw[u] = "pw-" + u
@@ -67,8 +72,12 @@ func TestPartitionAndKill(t *testing.T) {
 		t.Error("an anonymous client was let in")
 	}
 	js, _ := jetstream.New(nc)
+	// Each try has its own deadline: a request the cluster does not
+	// answer (no meta leader yet) would otherwise wait out ctx.
 	natstest.CheckFor(t, time.Minute, 250*time.Millisecond, func() error {
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3})
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer tcancel()
+		_, err := js.CreateStream(tctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3})
 		return err
 	})
 
@@ -94,7 +103,9 @@ func TestPartitionAndKill(t *testing.T) {
 	defer other.Close()
 	ojs, _ := jetstream.New(other)
 	natstest.CheckFor(t, 30*time.Second, 250*time.Millisecond, func() error {
-		_, err := ojs.Publish(ctx, "s", []byte("during"))
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer tcancel()
+		_, err := ojs.Publish(tctx, "s", []byte("during"))
 		return err
 	})
 	c.Partition(one, false)

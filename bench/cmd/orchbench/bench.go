@@ -231,6 +231,33 @@ func waitFor(ctx context.Context, p *proc.Proc, timeout time.Duration, f func() 
 	}
 }
 
+// stall is how long a drain may go without a job done before the run
+// gives up on it: a loaded machine (make test beside the bench) slows a
+// drain, which is the figure; only a drain that stopped ends the run.
+const stall = 5 * time.Minute
+
+// waitDrained polls left until it reports nothing left, p exits, or
+// nothing has gone for stall.
+func waitDrained(ctx context.Context, p *proc.Proc, left func() (int64, error)) error {
+	least, since := int64(-1), time.Now()
+	return waitFor(ctx, p, 24*time.Hour, func() error {
+		n, err := left()
+		if err == nil && n == 0 {
+			return nil
+		}
+		if err == nil && (least < 0 || n < least) {
+			least, since = n, time.Now()
+		}
+		if err == nil {
+			err = fmt.Errorf("%d left", n)
+		}
+		if time.Since(since) > stall {
+			return fatal{fmt.Errorf("nothing done for %v: %w", stall, err)}
+		}
+		return err
+	})
+}
+
 func freePort() (int, error) {
 	ports, err := freeport.Loopback(1)
 	if err != nil {

@@ -100,7 +100,7 @@ func (b *bench) rawDrain(ctx context.Context) (float64, error) {
 		return 0, err
 	}
 	// Each worker acks its message and waits for the server to confirm.
-	return b.drainTimed(ctx, cons, 5*time.Minute, func(m jetstream.Msg) error { return m.DoubleAck(ctx) })
+	return b.drainTimed(ctx, cons, func(m jetstream.Msg) error { return m.DoubleAck(ctx) })
 }
 
 // rawWorkDrain does the least work of draining drainN new-task jobs by
@@ -114,7 +114,7 @@ func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) 
 	if err != nil {
 		return 0, err
 	}
-	return b.drainTimed(ctx, cons, 10*time.Minute, func(m jetstream.Msg) error {
+	return b.drainTimed(ctx, cons, func(m jetstream.Msg) error {
 		var job proto.Job
 		if err := json.Unmarshal(m.Data(), &job); err != nil {
 			return err
@@ -133,7 +133,7 @@ func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) 
 // serial handler that hands each message to one of concurrency workers,
 // which runs work on it. It returns messages per second from the first
 // delivery to the last work done; the first error of work ends it.
-func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, timeout time.Duration, work func(jetstream.Msg) error) (float64, error) {
+func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, work func(jetstream.Msg) error) (float64, error) {
 	var (
 		done  atomic.Int64
 		wg    sync.WaitGroup
@@ -158,15 +158,15 @@ func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, timeout
 		return 0, err
 	}
 	var took time.Duration
-	err = waitFor(ctx, nil, timeout, func() error {
+	err = waitDrained(ctx, nil, func() (int64, error) {
 		if p := werr.Load(); p != nil {
-			return fatal{*p}
+			return 0, fatal{*p}
 		}
-		if n := done.Load(); n < int64(b.o.drainN) {
-			return fmt.Errorf("%d of %d done", n, b.o.drainN)
+		left := int64(b.o.drainN) - done.Load()
+		if left == 0 {
+			took = time.Since(start)
 		}
-		took = time.Since(start)
-		return nil
+		return left, nil
 	})
 	cc.Stop()
 	<-cc.Closed()
@@ -174,26 +174,14 @@ func (b *bench) drainTimed(ctx context.Context, cons jetstream.Consumer, timeout
 	return float64(b.o.drainN) / took.Seconds(), err
 }
 
-// drain drains drainN new-task no-op jobs through the runner, giving up
-// after deadline.
-func (b *bench) drain(ctx context.Context, deadline time.Duration) (float64, error) {
-	return b.drainOver(ctx, deadline, "drain-", project.Key)
-}
-
-// drainDeadline is how long the runner's drain may take, given the rate
-// of the same work done by hand in the same run: five times as long as
-// that, and never under ten minutes, so that a machine loaded by other
-// work (make test beside the bench) slows the figure, not ends the run.
-func (b *bench) drainDeadline(rawRate float64) time.Duration {
-	if rawRate <= 0 {
-		return 10 * time.Minute
-	}
-	return max(10*time.Minute, time.Duration(5*float64(b.o.drainN)/rawRate*float64(time.Second)))
+// drain drains drainN new-task no-op jobs through the runner.
+func (b *bench) drain(ctx context.Context) (float64, error) {
+	return b.drainOver(ctx, "drain-", project.Key)
 }
 
 // drainOver is drain with the jobs (ids prefix<n>) spread over projects
 // in turn.
-func (b *bench) drainOver(ctx context.Context, deadline time.Duration, prefix string, projects ...string) (float64, error) {
+func (b *bench) drainOver(ctx context.Context, prefix string, projects ...string) (float64, error) {
 	// Pause the runner's consumer while the jobs are published, so that
 	// the clock starts with a full queue, as the baseline's does.
 	if _, err := b.js.PauseConsumer(ctx, proto.StreamJobs, proto.ConsumerRunner, time.Now().Add(time.Hour)); err != nil {
@@ -222,16 +210,15 @@ func (b *bench) drainOver(ctx context.Context, deadline time.Duration, prefix st
 	// runs from its first delivery: a paused pull consumer resumes when
 	// the client next pulls, which is no part of either.
 	var end time.Time
-	err = waitFor(ctx, b.procs["runner"], deadline, func() error {
+	err = waitDrained(ctx, b.procs["runner"], func() (int64, error) {
 		info, err := stream.Info(ctx)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if info.State.Msgs > 0 {
-			return fmt.Errorf("%d jobs left", info.State.Msgs)
+		if info.State.Msgs == 0 {
+			end = time.Now()
 		}
-		end = time.Now()
-		return nil
+		return int64(info.State.Msgs), nil
 	})
 	if err != nil {
 		return 0, err

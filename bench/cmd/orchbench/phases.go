@@ -208,7 +208,7 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 		return err
 	}
 	prof := b.profile("runner", "drain")
-	drain, err := b.drain(ctx, b.drainDeadline(rawWork))
+	drain, err := b.drain(ctx)
 	prof.stop()
 	if err != nil {
 		return err
@@ -239,12 +239,12 @@ func (b *bench) fairnessOnly(ctx context.Context, t *table) error {
 // project, the deferrals of jobs whose project holds more slots) costs.
 func (b *bench) fairnessRows(ctx context.Context, t *table, log func(string, ...any)) error {
 	log("fairness: drain %d jobs of one project, then of %d projects, at concurrency %d", b.o.drainN, len(fairProjects), b.o.concurrency)
-	one, err := b.drainOver(ctx, b.drainDeadline(0), "fair1-", fairProjects[0])
+	one, err := b.drainOver(ctx, "fair1-", fairProjects[0])
 	if err != nil {
 		return err
 	}
 	prof := b.profile("runner", "fairness")
-	spread, err := b.drainOver(ctx, b.drainDeadline(one), "fair4-", fairProjects...)
+	spread, err := b.drainOver(ctx, "fair4-", fairProjects...)
 	prof.stop()
 	if err != nil {
 		return err

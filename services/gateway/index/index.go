@@ -6,6 +6,7 @@ package index
 import (
 	"container/list"
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -20,8 +21,8 @@ import (
 
 // Index is an in-memory view of the status bucket, kept current by a KV
 // watch, so that GET /queue costs the same at any queue depth: counts are
-// kept per state as records change, and the recent list is the front of a
-// list ordered by last change.
+// kept per state and per project as records change, and the recent list is
+// the front of a list ordered by last change.
 type Index struct {
 	mu     sync.RWMutex
 	byID   map[string]*list.Element
@@ -29,7 +30,10 @@ type Index struct {
 	byItem map[taskKey]map[string]struct{} // job ids of each Plane work item
 	recent *list.List                      // of *Recent, most recently changed first
 	counts map[proto.State]int
-	synced bool
+	// byProject counts each project's jobs per state; a state a project
+	// has no job in is absent, and so is a project with no job.
+	byProject map[string]map[proto.State]int
+	synced    bool
 }
 
 // Recent is one line of GET /queue's recent list. Title is the task's
@@ -60,7 +64,7 @@ type taskKey struct{ project, task string }
 func New() *Index {
 	return &Index{
 		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{}, byItem: map[taskKey]map[string]struct{}{},
-		recent: list.New(), counts: map[proto.State]int{},
+		recent: list.New(), counts: map[proto.State]int{}, byProject: map[string]map[proto.State]int{},
 	}
 }
 
@@ -199,11 +203,10 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if el, ok := ix.byID[r.ID]; ok {
-		old := el.Value.(*Recent)
-		ix.counts[old.State]--
+		ix.count(el.Value.(*Recent), -1)
 		ix.recent.Remove(el)
 	}
-	ix.counts[r.State]++
+	ix.count(r, 1)
 	ix.byID[r.ID] = ix.recent.PushFront(r)
 	k := taskKey{r.Project, r.Task}
 	if ix.byTask[k] == nil {
@@ -219,12 +222,29 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 	}
 }
 
+// count adds d to r's state's counts, the whole index's and its
+// project's. The caller holds mu.
+func (ix *Index) count(r *Recent, d int) {
+	ix.counts[r.State] += d
+	pc := ix.byProject[r.Project]
+	if pc == nil {
+		pc = map[proto.State]int{}
+		ix.byProject[r.Project] = pc
+	}
+	if pc[r.State] += d; pc[r.State] == 0 {
+		delete(pc, r.State)
+	}
+	if len(pc) == 0 {
+		delete(ix.byProject, r.Project)
+	}
+}
+
 func (ix *Index) remove(id string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if el, ok := ix.byID[id]; ok {
 		r := el.Value.(*Recent)
-		ix.counts[r.State]--
+		ix.count(r, -1)
 		ix.recent.Remove(el)
 		delete(ix.byID, id)
 		k := taskKey{r.Project, r.Task}
@@ -284,13 +304,9 @@ func (ix *Index) Counts() map[proto.State]int {
 func (ix *Index) ProjectCounts() map[string]map[proto.State]int {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := map[string]map[proto.State]int{}
-	for el := ix.recent.Front(); el != nil; el = el.Next() {
-		r := el.Value.(*Recent)
-		if out[r.Project] == nil {
-			out[r.Project] = map[proto.State]int{}
-		}
-		out[r.Project][r.State]++
+	out := make(map[string]map[proto.State]int, len(ix.byProject))
+	for p, pc := range ix.byProject {
+		out[p] = maps.Clone(pc)
 	}
 	return out
 }

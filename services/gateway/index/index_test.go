@@ -1,9 +1,10 @@
 package index
 
 import (
-	"testing"
-
+	"maps"
 	"slices"
+	"strconv"
+	"testing"
 
 	"github.com/orch-dev/orch/proto"
 )
@@ -12,14 +13,18 @@ import (
 // recently changed first, and only a task's unfinished jobs are open.
 func TestIndex(t *testing.T) {
 	ix := New()
-	put := func(id, task string, s proto.State) {
-		ix.Put(&proto.Status{Job: proto.Job{ID: id, Project: "widgets", Task: proto.Task{ID: task}}, State: s})
+	put := func(id, project, task string, s proto.State) {
+		ix.Put(&proto.Status{Job: proto.Job{ID: id, Project: project, Task: proto.Task{ID: task}}, State: s})
 	}
-	put("a", "t1", proto.StateQueued)
-	put("b", "t1", proto.StateRunning)
-	put("c", "t2", proto.StateQueued)
-	put("a", "t1", proto.StateDone)
+	put("a", "widgets", "t1", proto.StateQueued)
+	put("b", "widgets", "t1", proto.StateRunning)
+	put("c", "widgets", "t2", proto.StateQueued)
+	put("a", "widgets", "t1", proto.StateDone)
 	ix.remove("c")
+	put("g", "gadgets", "t9", proto.StateQueued)
+	put("g", "gadgets", "t9", proto.StateHeld)
+	put("h", "gizmos", "t8", proto.StateQueued)
+	ix.remove("h")
 
 	if got, want := ix.OpenJobs("widgets", "t1"), []string{"b"}; !slices.Equal(got, want) {
 		t.Errorf("open jobs %v, want %v", got, want)
@@ -31,11 +36,36 @@ func TestIndex(t *testing.T) {
 	if counts[proto.StateDone] != 1 || counts[proto.StateRunning] != 1 || counts[proto.StateQueued] != 0 || len(counts) != len(proto.States) {
 		t.Errorf("counts %v", counts)
 	}
+	// Per project, only the states a project has, and no project whose
+	// last job went.
+	byProject := ix.ProjectCounts()
+	want := map[string]map[proto.State]int{
+		"widgets": {proto.StateDone: 1, proto.StateRunning: 1},
+		"gadgets": {proto.StateHeld: 1},
+	}
+	if !maps.EqualFunc(byProject, want, maps.Equal) {
+		t.Errorf("project counts %v, want %v", byProject, want)
+	}
 	var ids []string
 	for _, r := range ix.Recent(10) {
 		ids = append(ids, r.ID)
 	}
-	if want := []string{"a", "b"}; !slices.Equal(ids, want) {
+	if want := []string{"g", "a", "b"}; !slices.Equal(ids, want) {
 		t.Errorf("recent %v, want %v", ids, want)
+	}
+}
+
+// GET /queue reads the per-project counts on every call: their cost must
+// not grow with the jobs indexed (100,000 here, as make bench's row).
+func BenchmarkProjectCounts(b *testing.B) {
+	ix := New()
+	for i := range 100_000 {
+		project := []string{"widgets", "gadgets", "gizmos", "doohickeys"}[i%4]
+		ix.Put(&proto.Status{Job: proto.Job{ID: strconv.Itoa(i), Project: project, Task: proto.Task{ID: strconv.Itoa(i)}}, State: proto.StateQueued})
+	}
+	for b.Loop() {
+		if n := len(ix.ProjectCounts()); n != 4 {
+			b.Fatalf("%d projects", n)
+		}
 	}
 }

@@ -31,7 +31,12 @@ type TestCluster struct {
 // it has a meta leader, and shuts it down when the test ends.
 func Cluster(t testing.TB) *TestCluster {
 	t.Helper()
-	ports := freePorts(t, 6)
+	// The nodes need their route ports before any of them starts, so
+	// Port -1 will not do.
+	ports, err := freeport.Loopback(6)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var routes []string
 	for _, p := range ports[3:] {
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
@@ -114,16 +119,4 @@ func (c *TestCluster) StreamLeader(t testing.TB, js jetstream.JetStream, stream 
 		return fmt.Errorf("stream %s has no leader", stream)
 	})
 	return leader
-}
-
-// freePorts picks n free loopback ports (freeport: out of the way of
-// other processes' connections): a cluster's nodes need their route
-// ports before any of them starts, so Port -1 will not do.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	ports, err := freeport.Loopback(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ports
 }

@@ -128,11 +128,11 @@ func (b *bench) startGateway(ctx context.Context) error {
 // dir are named after it) and returns its base URL once it is ready.
 // Extra environment (another ORCH_NATS_URL) overrides the common one.
 func (b *bench) startGatewayAs(ctx context.Context, name string, env ...string) (string, error) {
-	port, err := freePort()
+	ports, err := freeport.Loopback(1)
 	if err != nil {
 		return "", err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	env = append([]string{"ORCH_HTTP_ADDR=" + addr, "ORCH_GITEA_SECRET=fixture-secret", "ORCH_PLANE_SECRET=plane-secret", "ORCH_API_TOKEN=" + apiToken}, env...)
 	p, err := b.startBin(name, b.bins["gateway"], env...)
 	if err != nil {
@@ -242,13 +242,13 @@ func waitDrained(ctx context.Context, p *proc.Proc, left func() (int64, error)) 
 	least, since := int64(-1), time.Now()
 	return waitFor(ctx, p, 24*time.Hour, func() error {
 		n, err := left()
-		if err == nil && n == 0 {
-			return nil
-		}
-		if err == nil && (least < 0 || n < least) {
-			least, since = n, time.Now()
-		}
 		if err == nil {
+			if n == 0 {
+				return nil
+			}
+			if least < 0 || n < least {
+				least, since = n, time.Now()
+			}
 			err = fmt.Errorf("%d left", n)
 		}
 		if time.Since(since) > stall {
@@ -256,14 +256,6 @@ func waitDrained(ctx context.Context, p *proc.Proc, left func() (int64, error)) 
 		}
 		return err
 	})
-}
-
-func freePort() (int, error) {
-	ports, err := freeport.Loopback(1)
-	if err != nil {
-		return 0, err
-	}
-	return ports[0], nil
 }
 
 // apiToken is the gateway's ORCH_API_TOKEN in the bench: GET /queue needs it.

@@ -26,6 +26,9 @@ import (
 // the next one.
 type carried struct {
 	place taskstate.Place
+	// defaultBranch is the project's: a worktree at its remote head
+	// holds no commit of its own.
+	defaultBranch string
 	// resume is the agent session the attempt resumes; "" starts a fresh
 	// one. resumed is the session it did resume, once it ran.
 	resume, resumed string
@@ -98,7 +101,7 @@ func (r *Runner) claudeDir(job *proto.Job) (string, error) {
 // worktree is as prepared, at the remote head), and a resumed session.
 // Nothing here fails the job.
 func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int, co *workspace.Checkout) carried {
-	c := carried{place: taskstate.Place{Project: job.Project, Task: job.Task.ID, Worktree: co.Dir, Head: co.Head}}
+	c := carried{place: taskstate.Place{Project: job.Project, Task: job.Task.ID, Worktree: co.Dir, Head: co.Head}, defaultBranch: p.DefaultBranch}
 	if r.state == nil {
 		return c
 	}
@@ -229,7 +232,11 @@ func (r *Runner) saveState(ctx context.Context, log *zap.Logger, c *carried, ses
 	// The end's save runs whatever stopped the job, within AckWait.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckWait)
 	defer cancel()
-	m, err := r.state.Save(ctx, c.place, session)
+	pl := c.place
+	if head, branch, ok := r.ws.Pristine(pl.Project, pl.Worktree, c.defaultBranch); ok {
+		pl.Pristine = &taskstate.Pristine{Head: head, Branch: branch}
+	}
+	m, err := r.state.Save(ctx, pl, session)
 	if err != nil {
 		r.stateMetrics.saves.WithLabelValues(when, "failed").Inc()
 		log.Warn("task state: saving failed", zap.String("when", when), zap.Error(err))

@@ -102,7 +102,16 @@ type Place struct {
 	// Head is the worktree's HEAD as the caller read it, "" when it did
 	// not: Restore reads no state this store saved at that head.
 	Head string
+	// Pristine, when set, says the caller has just found the worktree
+	// holding nothing of its own, without git (workspace's Pristine): at
+	// this HEAD and branch, no commit that no remote has, nothing
+	// uncommitted or untracked. Save then runs no git process.
+	Pristine *Pristine
 }
+
+// Pristine is a worktree's HEAD and branch ("" when detached), found
+// holding nothing of its own.
+type Pristine struct{ Head, Branch string }
 
 func (p Place) key() string { return proto.TaskStateKey(p.Project, p.Task) }
 
@@ -134,20 +143,23 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 	}
 	defer os.RemoveAll(tmp)
 	wt := pl.Worktree
-	st, err := readStatus(ctx, wt)
-	if err != nil {
-		return m, err
+	var st wtStatus
+	if pr := pl.Pristine; pr != nil {
+		st.head, st.branch = pr.Head, pr.Branch
+	} else {
+		if st, err = readStatus(ctx, wt); err != nil {
+			return m, err
+		}
+		// The commits no remote has: fetched pull request heads count as
+		// remote too, another runner fetches them the same way.
+		count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob=refs/pull/*")
+		if err != nil {
+			return m, fmt.Errorf("counting unpushed commits: %w", err)
+		}
+		fmt.Sscan(count, &m.Commits)
 	}
 	m.Head, m.Branch = st.head, st.branch
 	files := map[string]string{}
-
-	// The commits no remote has: fetched pull request heads count as
-	// remote too, another runner fetches them the same way.
-	count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob=refs/pull/*")
-	if err != nil {
-		return m, fmt.Errorf("counting unpushed commits: %w", err)
-	}
-	fmt.Sscan(count, &m.Commits)
 	if m.Commits > 0 {
 		tip, err := tipOf(ctx, wt, m.Head)
 		if err != nil {

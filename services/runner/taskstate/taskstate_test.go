@@ -205,6 +205,32 @@ func TestSaveNothingKeepsNoState(t *testing.T) {
 	}
 }
 
+// A worktree its caller found pristine is saved without git (none is on
+// PATH for it), as git would have seen it: nothing to keep but the
+// agent's session.
+func TestSavePristine(t *testing.T) {
+	w := newWorld(t)
+	a := w.clone("a")
+	ctx := context.Background()
+	byGit, err := w.store("A").Save(ctx, a, "")
+	if err != nil || !byGit.Empty {
+		t.Fatalf("save of a clean worktree: %+v, %v", byGit, err)
+	}
+	pl := a
+	pl.Pristine = &taskstate.Pristine{Head: run(t, a.Worktree, "rev-parse", "HEAD"), Branch: "agent/t1"}
+	t.Setenv("PATH", t.TempDir())
+	m, err := w.store("B").Save(ctx, pl, "")
+	if err != nil || !m.Empty || m.Head != byGit.Head || m.Branch != byGit.Branch || m.Commits != 0 {
+		t.Fatalf("pristine save: %+v, %v; want as git saw it: %+v", m, err, byGit)
+	}
+	sdir := taskstate.SessionDir(a.ClaudeDir, a.Worktree)
+	os.MkdirAll(sdir, 0o755)
+	os.WriteFile(filepath.Join(sdir, "s1.jsonl"), []byte("{}\n"), 0o644)
+	if m, err = w.store("B").Save(ctx, pl, "s1"); err != nil || m.Empty || !m.Session || m.SessionID != "s1" {
+		t.Fatalf("pristine save with a session: %+v, %v; want the session kept", m, err)
+	}
+}
+
 // Clean removes what a killed runner left, nothing else.
 func TestClean(t *testing.T) {
 	dir := t.TempDir()

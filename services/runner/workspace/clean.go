@@ -256,3 +256,42 @@ func nothingUntracked(dir string, paths map[string]bool) bool {
 	})
 	return err == nil && clean
 }
+
+// Pristine reports, without git, that the worktree at dir, of project's
+// clone, holds nothing of its own: its HEAD is the commit that
+// refs/remotes/origin/<its branch> or refs/remotes/origin/<defaultBranch>
+// names, so no commit of it is missing from the remotes, and it is known
+// clean (knownClean), so nothing is uncommitted or untracked. It returns
+// HEAD and the branch ("" when detached) with it. false says nothing:
+// git is to be asked. A job whose agent changed nothing (a review, an
+// answer, a no-op) ends this way, and saving its task's state then runs
+// no git process.
+func (w *Workspace) Pristine(project, dir, defaultBranch string) (head, branch string, ok bool) {
+	gitDir, err := w.RepoDir(project)
+	if err != nil {
+		return "", "", false
+	}
+	own, err := worktreeGitDir(dir)
+	if err != nil {
+		return "", "", false
+	}
+	branch, head, err = worktreeHead(own, gitDir)
+	if err != nil || !isOID(head) {
+		return "", "", false
+	}
+	onRemote := false
+	for _, b := range []string{branch, defaultBranch} {
+		if b == "" {
+			continue
+		}
+		if oid, err := readRef(gitDir, "refs/remotes/origin/"+b); err == nil && oid == head {
+			onRemote = true
+			break
+		}
+	}
+	wt := worktree{dir: dir, gitDir: gitDir, own: own}
+	if !onRemote || !wt.knownClean(head) {
+		return "", "", false
+	}
+	return head, branch, true
+}

@@ -181,3 +181,45 @@ func gitCalls(t *testing.T, prepare func() (workspace.Checkout, error)) (workspa
 	}
 	return co, strings.Split(strings.TrimSpace(string(data)), "\n")
 }
+
+// Pristine finds, without git, a worktree that holds nothing of its own:
+// at the remote head of its branch or of the default branch, and clean.
+// Anything of its own (an edit, an untracked file, a commit no remote
+// has) makes it say no, and git is asked.
+func TestPristine(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	review := prepare(t, ws, repo, workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, PR: 7, Since: time.Now()})
+	fresh := prepare(t, ws, repo, workspace.Want{Task: "wid-41", Since: time.Now()})
+	main := o.head("main")
+
+	for _, c := range []struct {
+		dir, head, branch string
+	}{{review.Dir, a, "feature/x"}, {fresh.Dir, main, "agent/wid-41"}} {
+		head, branch, ok := ws.Pristine("widgets", c.dir, "main")
+		if !ok || head != c.head || branch != c.branch {
+			t.Errorf("Pristine(%s) = %s, %q, %v; want %s, %q, true", filepath.Base(c.dir), head, branch, ok, c.head, c.branch)
+		}
+	}
+	if _, _, ok := ws.Pristine("widgets", fresh.Dir, "elsewhere"); ok {
+		t.Error("a new task's worktree found pristine without its default branch's remote head")
+	}
+
+	dir := fresh.Dir
+	write(t, filepath.Join(dir, "scratch.txt"), "untracked\n")
+	if _, _, ok := ws.Pristine("widgets", dir, "main"); ok {
+		t.Error("a worktree with an untracked file found pristine")
+	}
+	gitOut(t, dir, "add", "scratch.txt")
+	if _, _, ok := ws.Pristine("widgets", dir, "main"); ok {
+		t.Error("a worktree with a staged file found pristine")
+	}
+	gitOut(t, dir, "commit", "-q", "-m", "agent's commit")
+	if _, _, ok := ws.Pristine("widgets", dir, "main"); ok {
+		t.Error("a worktree with a commit no remote has found pristine")
+	}
+	write(t, filepath.Join(review.Dir, "README.md"), "local edit\n")
+	if _, _, ok := ws.Pristine("widgets", review.Dir, "main"); ok {
+		t.Error("a worktree with an edit found pristine")
+	}
+}

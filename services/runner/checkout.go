@@ -54,9 +54,9 @@ func repoOf(p *registry.Project) workspace.Repo {
 // makeSpare makes p's spare worktree ready for its next new task (see
 // workspace.MakeSpare). It is only a head start: a failure is logged, and
 // the next new task adds its worktree itself.
-func (r *Runner) makeSpare(ctx context.Context, log *zap.Logger, p *registry.Project) {
+func (r *Runner) makeSpare(ctx context.Context, p *registry.Project) {
 	if err := r.ws.MakeSpare(ctx, repoOf(p)); err != nil {
-		log.Warn("making the spare worktree", zap.Error(err))
+		r.log.Warn("making the spare worktree", zap.String("project", p.Key), zap.Error(err))
 	}
 }
 

@@ -21,8 +21,10 @@ import (
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
-// handle runs one delivery of a job and settles its message.
-func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
+// handle runs one delivery of a job and settles its message. It returns
+// the project whose spare worktree is to be made ready now that the job
+// is done, nil when the job never reached its worktree (see consume).
+func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *registry.Project) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		r.log.Error("message without metadata", zap.Error(err))
@@ -110,10 +112,9 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 
-	// Once the job is settled and its locks released, the project's
-	// spare worktree is made ready for its next new task, off the path of
-	// this job and of the next (a no-op while the spare is current).
-	defer r.makeSpare(ctx, log, p)
+	// Once the job is settled and its slot given back, the project's
+	// spare worktree is made ready for its next new task (consume).
+	spareFor = p
 
 	// jobCtx ends the job early: cancel, lost lease or lock, shutdown.
 	jobCtx, stopJob := context.WithCancelCause(ctx)
@@ -169,6 +170,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) {
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
 	out.began = began
 	settleAs(out)
+	return p
 }
 
 // record is a job's status record as read, and its revision; a nil st

@@ -36,8 +36,15 @@ func (r *Runner) consume(ctx context.Context, cons jetstream.Consumer) error {
 		case slots <- struct{}{}:
 		}
 		wg.Go(func() {
-			defer func() { <-slots }()
-			r.handle(agentCtx, msg)
+			p := r.handle(agentCtx, msg)
+			<-slots
+			// The project's spare worktree for its next new task is made
+			// off the path of this job and of the next: the slot is free
+			// while it waits for the clone's lock and runs git (a no-op
+			// while the spare is current).
+			if p != nil {
+				r.makeSpare(agentCtx, p)
+			}
 		})
 	},
 		jetstream.PullMaxMessages(r.cfg.MaxConcurrency),

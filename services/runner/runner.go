@@ -221,9 +221,11 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	// Supervisors started ahead take a Go program's start off every
-	// job's dispatch (agent/warm.go): as many as two jobs arriving at
-	// once use, each an idle process of a few MiB; a third starts its own.
-	r.agents = agent.NewPool(min(cfg.MaxConcurrency, 2))
+	// job's dispatch, and those whose agent ended run the next
+	// (agent/warm.go): two are started ahead, as many as two jobs
+	// arriving at once use (a third starts its own), and up to
+	// MaxConcurrency wait, each an idle process of a few MiB.
+	r.agents = agent.NewPool(min(cfg.MaxConcurrency, 2), cfg.MaxConcurrency)
 	defer r.agents.Close()
 	return r.consume(ctx, cons)
 }

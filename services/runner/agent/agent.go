@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -125,8 +126,7 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		// The runner's own, as a process it started would have.
 		dir, _ = os.Getwd()
 	}
-	sup, put, err := p.start(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace}, stdin, out)
-	defer put()
+	sup, err := p.start(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace}, stdin, out)
 	if err != nil {
 		if s.Drained != nil {
 			_ = unix.Close(outR)
@@ -134,8 +134,8 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		fmt.Fprintf(notes, "orch: %v\n", err)
 		return Result{ExitCode: -1, Err: fmt.Errorf("starting agent: %w", err)}
 	}
-	defer sup.ctl.Close() // the end of file the supervisor reads if the runner goes
-	cmd := sup.cmd
+	again := false
+	defer func() { p.finish(sup, again) }()
 	if s.Notes != nil {
 		s.Notes.attach(logf, s.Drained)
 		defer s.Notes.attach(nil, nil)
@@ -143,13 +143,14 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 	var dr *drain
 	if s.Drained != nil {
 		// The supervisor and the agent hold the write end now; the
-		// pipe ends when the last of them is gone.
+		// pipe ends when the agent and what it left are gone and the
+		// supervisor has let go of it.
 		_ = out.Close()
 		dr = startDrain(outR, logf, s.Drained)
 	}
 
-	done := make(chan error, 1)
-	go func() { done <- sup.wait() }()
+	done := make(chan ended, 1)
+	go func() { done <- sup.await() }()
 
 	var timeout <-chan time.Time
 	if s.Timeout > 0 {
@@ -157,47 +158,65 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		defer t.Stop()
 		timeout = t.C
 	}
-	var stopErr, waitErr error
+	var (
+		stopErr error
+		e       ended
+	)
 	select {
-	case waitErr = <-done:
+	case e = <-done:
 	case <-timeout:
 		stopErr = fmt.Errorf("%w after %v", ErrTimeout, s.Timeout)
-		waitErr = stop(cmd.Process, done, grace)
+		e = stop(sup, done, grace)
 	case <-ctx.Done():
 		stopErr = context.Cause(ctx)
-		waitErr = stop(cmd.Process, done, grace)
+		e = stop(sup, done, grace)
 	}
+	again = e.again && stopErr == nil
 
 	if dr != nil {
 		dr.wait(OutputWaitDelay)
 	}
 
-	code := cmd.ProcessState.ExitCode()
-	res := Result{ExitCode: code, CPU: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
+	code := -1
+	if e.status.Exited() {
+		code = e.status.ExitStatus()
+	}
+	res := Result{ExitCode: code, CPU: e.cpu}
 	switch {
 	case stopErr != nil:
 		fmt.Fprintf(notes, "\norch: agent stopped: %v\n", stopErr)
 		res.Err = stopErr
-	case code == 127 && waitErr != nil:
-		res.Err = fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", waitErr)
-	case waitErr != nil:
-		res.Err = fmt.Errorf("agent exited: %w", waitErr)
+	case code == 127:
+		res.Err = fmt.Errorf("agent exited: %w (command not found or not startable, see the log)", &ExitError{e.status})
+	case code != 0:
+		res.Err = fmt.Errorf("agent exited: %w", &ExitError{e.status})
 	}
 	return res
+}
+
+// ExitError is an agent that exited with a status other than 0, or was
+// killed by a signal; its text is exec.ExitError's.
+type ExitError struct{ Status syscall.WaitStatus }
+
+func (e *ExitError) Error() string {
+	if e.Status.Signaled() {
+		return "signal: " + e.Status.Signal().String()
+	}
+	return "exit status " + strconv.Itoa(e.Status.ExitStatus())
 }
 
 // stop asks the supervisor to stop the agent: it sends SIGTERM to the
 // agent's group, then SIGKILL after grace. Should the supervisor not be
 // done well after that, it is killed, and the agent with it (Pdeathsig).
-func stop(p *os.Process, done <-chan error, grace time.Duration) error {
-	_ = p.Signal(syscall.SIGTERM)
+func stop(s *supervisor, done <-chan ended, grace time.Duration) ended {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	t := time.NewTimer(grace + 5*time.Second)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		return err
+	case e := <-done:
+		return e
 	case <-t.C:
-		_ = p.Kill()
+		_ = s.cmd.Process.Kill()
 		return <-done
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -133,7 +132,7 @@ func (c *ClaudeResult) Judge(res Result) Result {
 	if err == nil {
 		return res
 	}
-	var exit *exec.ExitError
+	var exit *ExitError
 	switch {
 	case res.Err == nil:
 		res.Err = err
@@ -152,7 +151,7 @@ func (c *ClaudeResult) Judge(res Result) Result {
 // a non-root user: every retry would be refused the same way. A run
 // stopped by orch keeps its cause.
 func JudgeWithoutResult(res Result, logPath string) Result {
-	var exit *exec.ExitError
+	var exit *ExitError
 	if !errors.As(res.Err, &exit) || errors.Is(res.Err, ErrTimeout) {
 		return res
 	}

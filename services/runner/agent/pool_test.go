@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,7 +25,7 @@ const poolOwnerEnv = "ORCH_TEST_POOL_OWNER"
 // poolOwner keeps a pool of two waiting supervisors, says so on stdout
 // and waits for its end.
 func poolOwner() {
-	p := agent.NewPool(2)
+	p := agent.NewPool(2, 2)
 	defer p.Close()
 	fmt.Println("ready")
 	select {}
@@ -56,7 +57,7 @@ func supervisorsOf(ppid int) []int {
 // several at once, each with its own directory, environment, input and
 // output; Close leaves no supervisor behind.
 func TestPoolRunsAgents(t *testing.T) {
-	p := agent.NewPool(2)
+	p := agent.NewPool(2, 2)
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if n := len(supervisorsOf(os.Getpid())); n != 2 {
 			return fmt.Errorf("%d supervisors waiting, want 2", n)
@@ -126,7 +127,7 @@ func TestPoolEndsWithItsOwner(t *testing.T) {
 // A supervisor killed while it waited (the OOM killer, a person) costs
 // its job nothing: the job starts a supervisor of its own.
 func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
-	p := agent.NewPool(1)
+	p := agent.NewPool(1, 1)
 	defer p.Close()
 	var waiting []int
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
@@ -143,5 +144,70 @@ func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
 	}
 	if log, _ := os.ReadFile(s.LogPath); string(log) != "ran\n" {
 		t.Errorf("log %q", log)
+	}
+}
+
+// A supervisor whose agent ended by itself runs the next agent, which
+// finds nothing of the last one's: not its environment, directory or
+// output, which the idle supervisor no longer holds. One whose agent the
+// runner stopped is not taken back: it ends, and the next agent gets
+// another.
+func TestPoolSupervisorRunsTheNextAgent(t *testing.T) {
+	p := agent.NewPool(1, 1)
+	defer p.Close()
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if n := len(supervisorsOf(os.Getpid())); n != 1 {
+			return fmt.Errorf("%d supervisors waiting, want 1", n)
+		}
+		return nil
+	})
+	dir := t.TempDir()
+	argv := script(t, dir, `echo "$PPID ${ORCH_FIRST:-unset} $(pwd)"; exit 3`)
+	run := func(env ...string) (pid int, rest string) {
+		t.Helper()
+		s := spec(t, argv)
+		s.Env = append(s.Env, env...)
+		res := p.Run(context.Background(), s)
+		var exit *agent.ExitError
+		if res.ExitCode != 3 || !errors.As(res.Err, &exit) || res.Err.Error() != "agent exited: exit status 3" {
+			t.Fatalf("run: %+v, want exit status 3", res)
+		}
+		log, _ := os.ReadFile(s.LogPath)
+		f := strings.Fields(string(log))
+		if len(f) != 3 || f[2] != s.Dir {
+			t.Fatalf("log %q, want the supervisor's pid, ORCH_FIRST and %s", log, s.Dir)
+		}
+		pid, _ = strconv.Atoi(f[0])
+		return pid, f[1]
+	}
+	first, env := run("ORCH_FIRST=yes")
+	if env != "yes" {
+		t.Fatalf("first agent's ORCH_FIRST = %q", env)
+	}
+	for fd := range 3 {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", first, fd)); l != os.DevNull {
+			t.Errorf("idle supervisor's fd %d is %q, want %s", fd, l, os.DevNull)
+		}
+	}
+	if cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", first)); cwd != "/" {
+		t.Errorf("idle supervisor's directory is %q, want /", cwd)
+	}
+	second, env := run()
+	if second != first || env != "unset" {
+		t.Fatalf("second agent: supervisor %d with ORCH_FIRST %q; want the first's (%d), unset", second, env, first)
+	}
+
+	stopped := filepath.Join(t.TempDir(), "stopped")
+	s := spec(t, script(t, t.TempDir(), fmt.Sprintf("echo $PPID > %s\nexec sleep 300\n", stopped)))
+	cause := errors.New("stopped")
+	if res := p.Run(cancelWhenExists(t, stopped, cause, "the agent never started"), s); !errors.Is(res.Err, cause) {
+		t.Fatalf("stopped run: %+v", res)
+	}
+	if sup := testkit.ReadPid(t, stopped); sup != first {
+		t.Fatalf("the stopped agent ran under %d, want %d", sup, first)
+	}
+	testkit.WaitGone(t, agent.Alive, first)
+	if third, _ := run(); third == first {
+		t.Errorf("the supervisor of a stopped agent ran the next one")
 	}
 }

@@ -35,17 +35,21 @@ package agent
 //     runner's death;
 //   - on SIGTERM (the runner's watchdog, cancel or shutdown) sends SIGTERM to
 //     the agent's group, then SIGKILL after the grace it was given;
-//   - whenever the agent ends, kills what it left behind, then exits with
-//     the agent's exit status (re-raising the signal that killed it), so the
-//     runner sees the agent's own result.
+//   - whenever the agent ends, kills what it left behind, then reports the
+//     agent's wait status and CPU time on the socket and waits for its next
+//     order (warm.go); once a signal has reached it, it exits with the
+//     agent's exit status instead (re-raising the signal that killed it),
+//     so the runner sees the agent's own result either way.
 //
 // A subreaper runner alone would not do: when the runner is SIGKILLed its
 // subreaped descendants go to init and live on. A process that survives
 // the runner is needed, and the smallest such process is this one.
 //
-// The cost is one extra small process per running agent.
+// The cost is one extra small process per running agent, and the idle
+// ones the runner keeps for the next.
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -83,8 +87,11 @@ func init() {
 	os.Exit(supervise())
 }
 
-// supervise waits for its order, runs the agent and returns the
-// supervisor's exit code.
+// supervise runs the agents it is ordered to, one after another, and
+// returns the supervisor's exit code. After each agent it reports how the
+// agent ended on its control socket (see result) and waits for its next
+// order; it exits instead once a signal has reached it, or when the
+// runner is gone or closes the socket.
 func supervise() int {
 	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's socket
 	ctl := os.NewFile(ctlFD, "orch-ctl")
@@ -93,11 +100,75 @@ func supervise() int {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	orders, gone := readOrders(ctl)
+	for {
+		var in incoming
+		select {
+		case in = <-orders:
+		case <-gone:
+			return 0 // the runner is gone, or needs no agent of this one
+		case <-sigs:
+			return 0
+		}
+		ws, cpu, code, again := runOrder(ctl, in, sigs, gone)
+		switch {
+		case code >= 0:
+			return code
+		case again:
+			if _, err := ctl.Write(result(ws, cpu, true)); err != nil {
+				return 0 // the runner is gone
+			}
+			continue
+		}
+		_, _ = ctl.Write(result(ws, cpu, false))
+		if ws.Signaled() {
+			// Die of the same signal, so the runner sees what the agent
+			// got.
+			signal.Reset()
+			_ = syscall.Kill(os.Getpid(), ws.Signal())
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+}
 
-	o, files, err := receive(ctl)
+// incoming is an order as read from the control socket.
+type incoming struct {
+	o     order
+	files []int
+	err   error
+}
+
+// readOrders reads the orders from ctl, in the background for as long as
+// the supervisor lives: the runner sends nothing while an agent runs, so
+// the read's end of file, which closes gone, is the runner's death.
+func readOrders(ctl *os.File) (<-chan incoming, <-chan struct{}) {
+	orders, gone := make(chan incoming), make(chan struct{})
+	go func() {
+		defer close(gone)
+		for {
+			o, files, err := receive(ctl)
+			if errors.Is(err, io.EOF) && len(files) == 0 {
+				return
+			}
+			orders <- incoming{o, files, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return orders, gone
+}
+
+// runOrder runs the agent of one order and cleans up after it. It returns
+// how the agent ended and the CPU time of what ran, and whether the
+// supervisor may take another order (no signal reached it); or an exit
+// code >= 0 when the supervisor is to exit at once.
+func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan struct{}) (ws syscall.WaitStatus, cpu time.Duration, code int, again bool) {
+	o, files, err := in.o, in.files, in.err
 	if len(files) == 2 {
-		// The agent's standard streams are the supervisor's from now on,
-		// so that its own words reach the job's log too.
+		// The agent's standard streams are the supervisor's while it
+		// runs, so that its own words reach the job's log too.
 		_ = unix.Dup3(files[0], 0, 0)
 		_ = unix.Dup3(files[1], 1, 0)
 		_ = unix.Dup3(files[1], 2, 0)
@@ -105,25 +176,23 @@ func supervise() int {
 	for _, fd := range files {
 		_ = unix.Close(fd)
 	}
-	switch {
-	case errors.Is(err, io.EOF):
-		return 0 // the runner is gone, or needs no agent of this one
-	case err != nil || len(o.Argv) == 0:
+	if err != nil || len(o.Argv) == 0 {
 		fmt.Fprintf(os.Stderr, "orch: bad supervisor order %+v: %v\n", o, err)
-		return 126
+		return 0, 0, 126, false
 	}
 	// Taken: the runner waits for this byte before it counts on this
 	// supervisor (see supervisor.send).
 	if _, err := ctl.Write([]byte{orderTaken}); err != nil {
-		return 0 // the runner is gone
+		return 0, 0, 0, false // the runner is gone
 	}
+	defer forget()
 
 	// The agent's directory and environment become the supervisor's
 	// too, so that its program is looked up as the agent's own shell
 	// would (PATH, a path relative to the directory).
 	if err := os.Chdir(o.Dir); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
-		return 127
+		return 0, 0, 127, false
 	}
 	os.Clearenv()
 	for _, kv := range o.Env {
@@ -131,30 +200,33 @@ func supervise() int {
 			_ = os.Setenv(k, v)
 		}
 	}
+	before := cpuUsed()
 	cmd := exec.Command(o.Argv[0], o.Argv[1:]...)
 	cmd.Env = o.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
-		return 127
+		return 0, 0, 127, false
 	}
 	pgid := cmd.Process.Pid
 
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	runnerGone := make(chan struct{})
-	go func() { _, _ = io.Copy(io.Discard, ctl); close(runnerGone) }()
 
+	signalled, runnerGone := false, false
 	select {
 	case <-done:
-	case <-runnerGone:
+	case <-gone:
+		runnerGone = true
 	case <-sigs:
+		signalled = true
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		t := time.NewTimer(o.Grace)
 		select {
 		case <-done:
-		case <-runnerGone:
+		case <-gone:
+			runnerGone = true
 		case <-t.C:
 		}
 		t.Stop()
@@ -164,16 +236,57 @@ func supervise() int {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-done
 	sweep(pgid)
-
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		// Die of the same signal, so the runner sees what the agent got.
-		signal.Reset()
-		_ = syscall.Kill(os.Getpid(), ws.Signal())
-		return 128 + int(ws.Signal())
+	if runnerGone {
+		return 0, 0, 0, false
 	}
-	return ws.ExitStatus()
+	ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws, cpuUsed() - before, -1, !signalled
 }
+
+// forget leaves nothing of the last agent's in the supervisor: its
+// standard streams back on /dev/null (the runner reads the end of the
+// agent's output from the pipe once nobody holds it), its directory and
+// environment its own again.
+func forget() {
+	if null, err := unix.Open(os.DevNull, unix.O_RDWR, 0); err == nil {
+		for fd := range 3 {
+			_ = unix.Dup3(null, fd, 0)
+		}
+		_ = unix.Close(null)
+	}
+	_ = os.Chdir("/")
+	os.Clearenv()
+	_ = os.Setenv(supervisorEnv, "1")
+}
+
+// cpuUsed is the CPU time, user and system, of the supervisor and of the
+// children it has reaped.
+func cpuUsed() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	d := func(tv syscall.Timeval) time.Duration { return time.Duration(tv.Nano()) }
+	return d(self.Utime) + d(self.Stime) + d(children.Utime) + d(children.Stime)
+}
+
+// result is the message in which a supervisor reports how its agent
+// ended: resultTag, the wait status, the CPU time in nanoseconds, and
+// whether the supervisor takes another order (1) or exits (0).
+func result(ws syscall.WaitStatus, cpu time.Duration, again bool) []byte {
+	msg := []byte{resultTag}
+	msg = binary.BigEndian.AppendUint32(msg, uint32(ws))
+	msg = binary.BigEndian.AppendUint64(msg, uint64(cpu))
+	if again {
+		return append(msg, 1)
+	}
+	return append(msg, 0)
+}
+
+// resultTag starts a result message; resultLen is its length.
+const (
+	resultTag = 2
+	resultLen = 1 + 4 + 8 + 1
+)
 
 // sweep kills the agent's group and every child of this process, and reaps
 // them, until no child is left. A killed descendant's own children are

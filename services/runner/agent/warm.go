@@ -8,11 +8,14 @@ package agent
 // milliseconds of CPU on every job, more than the agent's own exec. So a
 // supervisor is started before it has an agent to run, and waits: its
 // control socket (fd 3, a unix stream socket whose other end the runner
-// holds) brings it one message, the agent's argv, directory, environment
+// holds) brings it an order, the agent's argv, directory, environment
 // and kill grace, with the agent's standard input and output as passed
 // descriptors (SCM_RIGHTS). Until then it runs nothing and holds nothing
 // of a job's: its own environment names only itself, and its standard
-// streams are /dev/null.
+// streams are /dev/null. When the agent has ended by itself and its
+// leftovers are gone, it lets go of the job's streams, directory and
+// environment, reports how the agent ended (result) and waits for the
+// next order, so that most jobs pay no supervisor's start at all.
 //
 // The guarantees of supervisor.go hold from its start, warm or not: the
 // socket's end of file is the runner's death (a supervisor still waiting
@@ -55,6 +58,8 @@ type supervisor struct {
 	// reaped is closed once cmd.Wait has returned: the thread that
 	// started the process may go.
 	reaped chan struct{}
+	// exited is set once the process is reaped.
+	exited bool
 }
 
 // startSupervisor starts a supervisor that waits for its order.
@@ -154,18 +159,20 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 	return nil
 }
 
-// wait reaps the supervisor.
-func (s *supervisor) wait() error {
-	err := s.cmd.Wait()
-	close(s.reaped)
-	return err
+// reap waits for the supervisor to exit, once.
+func (s *supervisor) reap() {
+	if !s.exited {
+		s.exited = true
+		_ = s.cmd.Wait()
+		close(s.reaped)
+	}
 }
 
-// discard ends a supervisor that got no order: the end of file on its
-// socket ends it.
+// discard ends a supervisor that is not to run another agent: the end of
+// file on its socket ends one that waits for an order.
 func (s *supervisor) discard() {
 	_ = s.ctl.Close()
-	_ = s.wait()
+	s.reap()
 }
 
 // kill ends a supervisor that did not take its order: dead already, or
@@ -173,6 +180,35 @@ func (s *supervisor) discard() {
 func (s *supervisor) kill() {
 	_ = s.cmd.Process.Kill()
 	s.discard()
+}
+
+// ended is how a supervisor's agent ended.
+type ended struct {
+	status syscall.WaitStatus
+	// cpu is the CPU time of the agent, what it left behind and the
+	// supervisor while it ran.
+	cpu time.Duration
+	// again says the supervisor waits for another order.
+	again bool
+}
+
+// await waits until the supervisor reports how its agent ended. One that
+// exits without a report (killed) is reaped, and its own exit status
+// stands for the agent's: it mirrors it.
+func (s *supervisor) await() ended {
+	var b [resultLen]byte
+	if _, err := io.ReadFull(s.ctl, b[:]); err == nil && b[0] == resultTag {
+		e := ended{status: syscall.WaitStatus(binary.BigEndian.Uint32(b[1:5])),
+			cpu: time.Duration(binary.BigEndian.Uint64(b[5:13])), again: b[13] == 1}
+		if !e.again {
+			s.reap()
+		}
+		return e
+	}
+	s.reap()
+	ps := s.cmd.ProcessState
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	return ended{status: ws, cpu: ps.UserTime() + ps.SystemTime()}
 }
 
 // ignoringEINTR calls f again while it fails with EINTR, and returns
@@ -239,14 +275,16 @@ func readMore(r io.Reader, msg []byte, want int) ([]byte, error) {
 }
 
 // Pool keeps supervisors started ahead of the agents they will run, so
-// that an agent's start pays for no Go program's start. Its Run is Run's;
-// a Run that finds none waiting starts one as Run does. A nil Pool keeps
-// none.
+// that an agent's start pays for no Go program's start, and takes back a
+// supervisor whose agent ended by itself, to run the next: a Go program's
+// start takes the CPU of a core for some milliseconds, which every job
+// paid even when it was paid ahead. Its Run is Run's; a Run that finds
+// none waiting starts one as Run does. A nil Pool keeps none.
 //
-// The supervisor that replaces one taken is started when that one's run
-// ends, not when it is taken: a Go program's start takes the CPU of a
-// core for some milliseconds, and an agent starting beside it on a
-// two-core machine would wait for it.
+// A supervisor is not taken back when the runner stopped its agent (a
+// signal reached it) or its run failed: a new one is started in its place
+// once the run is over, not when it was taken, so that it does not
+// compete for a core with the agent starting beside it.
 type Pool struct {
 	ready chan *supervisor
 	// room holds a token for each supervisor the pool is to start.
@@ -255,12 +293,13 @@ type Pool struct {
 	done   chan struct{}
 }
 
-// NewPool keeps size supervisors waiting, until Close.
-func NewPool(size int) *Pool {
-	size = max(size, 1)
+// NewPool keeps ahead supervisors started ahead, and up to keep (at least
+// ahead) waiting in all, counting those taken back, until Close.
+func NewPool(ahead, keep int) *Pool {
+	ahead = max(ahead, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{ready: make(chan *supervisor, size), room: make(chan struct{}, size), cancel: cancel, done: make(chan struct{})}
-	for range size {
+	p := &Pool{ready: make(chan *supervisor, max(keep, ahead)), room: make(chan struct{}, ahead), cancel: cancel, done: make(chan struct{})}
+	for range ahead {
 		p.room <- struct{}{}
 	}
 	go p.fill(ctx)
@@ -281,7 +320,7 @@ func (p *Pool) fill(ctx context.Context) {
 		for {
 			s, err := startSupervisor()
 			if err == nil {
-				p.ready <- s // never blocks: there are no more than size
+				p.keep(s)
 				break
 			}
 			select {
@@ -290,6 +329,16 @@ func (p *Pool) fill(ctx context.Context) {
 			case <-time.After(time.Second):
 			}
 		}
+	}
+}
+
+// keep puts s among the waiting supervisors, or ends it when as many
+// wait as the pool keeps.
+func (p *Pool) keep(s *supervisor) {
+	select {
+	case p.ready <- s:
+	default:
+		s.discard()
 	}
 }
 
@@ -311,33 +360,42 @@ func (p *Pool) Close() {
 }
 
 // start gives o to a waiting supervisor, or to one started for it when
-// none is waiting or the one taken is gone (killed while it waited); put
-// is to be called when the run ends.
-func (p *Pool) start(o order, stdin, out *os.File) (s *supervisor, put func(), err error) {
-	put = func() {}
+// none is waiting or the one taken is gone (killed while it waited).
+// finish is to be called with it when the run ends.
+func (p *Pool) start(o order, stdin, out *os.File) (*supervisor, error) {
 	if p != nil {
 		select {
-		case s = <-p.ready:
-			put = p.put
-			if err = s.send(o, stdin, out); err == nil {
-				return s, put, nil
+		case s := <-p.ready:
+			if err := s.send(o, stdin, out); err == nil {
+				return s, nil
 			}
 			s.kill()
 		default:
 		}
 	}
-	if s, err = startSupervisor(); err != nil {
-		return nil, put, err
+	s, err := startSupervisor()
+	if err != nil {
+		return nil, err
 	}
 	if err = s.send(o, stdin, out); err != nil {
 		s.kill()
-		return nil, put, fmt.Errorf("telling the agent supervisor what to run: %w", err)
+		return nil, fmt.Errorf("telling the agent supervisor what to run: %w", err)
 	}
-	return s, put, nil
+	return s, nil
 }
 
-// put asks for a supervisor in place of one whose run ended.
-func (p *Pool) put() {
+// finish takes s back when its run ended so that it may run another
+// agent (again), and otherwise ends it and has a new one started.
+func (p *Pool) finish(s *supervisor, again bool) {
+	if p == nil {
+		s.discard()
+		return
+	}
+	if again {
+		p.keep(s)
+		return
+	}
+	s.discard()
 	select {
 	case p.room <- struct{}{}:
 	default:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,11 +106,13 @@ func (b *bench) rawDrain(ctx context.Context) (float64, error) {
 
 // rawWorkDrain does the least work of draining drainN new-task jobs by
 // hand: concurrency workers each pull a job, add its task's worktree,
-// run the agent in it and ack the job with the server's confirmation.
-// It is timed from the first delivery to the last ack.
-func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit) (float64, error) {
-	cons, err := b.rawDrainConsumer(ctx, "BENCH_DRAINWORK", "bench.drainwork", "rawwork", 30*time.Second, func(i int) (string, string) {
-		return "drain-work-" + strconv.Itoa(i), "drain-work-" + strconv.Itoa(i)
+// run the agent in it (in bwrap's floor when raw.bwrap is set) and ack
+// the job with the server's confirmation. It is timed from the first
+// delivery to the last ack. name keeps its stream, consumer and tasks
+// apart from another run's.
+func (b *bench) rawWorkDrain(ctx context.Context, raw *rawGit, name string) (float64, error) {
+	cons, err := b.rawDrainConsumer(ctx, "BENCH_"+strings.ToUpper(name), "bench."+name, name, 30*time.Second, func(i int) (string, string) {
+		return name + "-" + strconv.Itoa(i), name + "-" + strconv.Itoa(i)
 	})
 	if err != nil {
 		return 0, err

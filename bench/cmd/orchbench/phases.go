@@ -203,9 +203,20 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 	if err != nil {
 		return err
 	}
-	rawWork, err := b.rawWorkDrain(ctx, b.raw)
+	rawWork, err := b.rawWorkDrain(ctx, b.raw, "drainwork")
 	if err != nil {
 		return err
+	}
+	// The runner confines its agents where bwrap works (auto): the same
+	// work with each agent in bwrap's floor is what no confined drain
+	// goes over.
+	var rawFloor float64
+	if b.raw.bwrap, err = exec.LookPath("bwrap"); err == nil {
+		rawFloor, err = b.rawWorkDrain(ctx, b.raw, "drainfloor")
+		b.raw.bwrap = ""
+		if err != nil {
+			return err
+		}
 	}
 	prof := b.profile("runner", "drain")
 	drain, err := b.drain(ctx)
@@ -215,6 +226,10 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 	}
 	t.ratio(fmt.Sprintf("drain, new-task no-op jobs/s at concurrency %d", b.o.concurrency), fmt.Sprintf("%.0f/s", drain),
 		fmt.Sprintf("worktree add+agent+ack %.0f/s", rawWork), drain/rawWork, true, 0.9)
+	if rawFloor > 0 {
+		t.ratio("drain vs the same work with agents in bwrap's floor", fmt.Sprintf("%.0f/s", drain),
+			fmt.Sprintf("worktree add+agent in floor+ack %.0f/s", rawFloor), drain/rawFloor, true, 0)
+	}
 	t.ratio("drain vs raw pull+ack", fmt.Sprintf("%.0f/s", drain),
 		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0)
 	return nil

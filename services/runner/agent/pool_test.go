@@ -211,3 +211,29 @@ func TestPoolSupervisorRunsTheNextAgent(t *testing.T) {
 		t.Errorf("the supervisor of a stopped agent ran the next one")
 	}
 }
+
+// A run that ends after its pool was closed ends its supervisor: none is
+// kept where no one would end it.
+func TestPoolClosedWhileRunning(t *testing.T) {
+	p := agent.NewPool(1, 1)
+	dir := t.TempDir()
+	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
+	s := spec(t, script(t, dir, fmt.Sprintf("echo $PPID > %s\nwhile [ ! -e %s ]; do sleep 0.01; done\n", started, release)))
+	ran := make(chan agent.Result, 1)
+	go func() { ran <- p.Run(context.Background(), s) }()
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		_, err := os.Stat(started)
+		return err
+	})
+	p.Close()
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-ran; res.Err != nil {
+		t.Fatalf("run: %+v", res)
+	}
+	testkit.WaitGone(t, agent.Alive, testkit.ReadPid(t, started))
+	if left := supervisorsOf(os.Getpid()); len(left) > 0 {
+		t.Errorf("supervisors %v left after Close", left)
+	}
+}

@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -291,6 +292,10 @@ type Pool struct {
 	room   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
+	// mu orders keep and Close: once closed, a supervisor taken back
+	// is ended, not kept where no one would end it.
+	mu     sync.Mutex
+	closed bool
 }
 
 // NewPool keeps ahead supervisors started ahead, and up to keep (at least
@@ -335,11 +340,16 @@ func (p *Pool) fill(ctx context.Context) {
 // keep puts s among the waiting supervisors, or ends it when as many
 // wait as the pool keeps.
 func (p *Pool) keep(s *supervisor) {
-	select {
-	case p.ready <- s:
-	default:
-		s.discard()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		select {
+		case p.ready <- s:
+			return
+		default:
+		}
 	}
+	s.discard()
 }
 
 // Close ends the supervisors still waiting, and stops starting more.
@@ -349,6 +359,9 @@ func (p *Pool) Close() {
 	}
 	p.cancel()
 	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
 	for {
 		select {
 		case s := <-p.ready:

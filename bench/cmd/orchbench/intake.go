@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,9 +80,37 @@ func (b *bench) timedIntake(send func(d gitea.Delivery, n int) error) (stats.Sam
 // under orch's intake on this machine: what verifying and answering a
 // webhook over HTTP costs beside one publish, paid on the same cores as
 // the senders.
-func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream) (stats.Sample, float64, error) {
-	if _, err := rawStream(ctx, js, "BENCH_MINIMAL", "bench.minimal.>"); err != nil {
+//
+// With follow, each webhook is followed, after its answer, by the two
+// writes that follow orch's (a record created in one KV bucket, a key put
+// in another, as queue.Queue.record does): the floor of an intake that
+// keeps a status record and a dedupe key per webhook, as orch's does.
+func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follow bool) (stats.Sample, float64, error) {
+	name := "BENCH_MINIMAL"
+	if follow {
+		name = "BENCH_MINIMAL_FOLLOW"
+	}
+	subject := "bench." + strings.ToLower(name)
+	if _, err := rawStream(ctx, js, name, subject+".>"); err != nil {
 		return nil, 0, err
+	}
+	var (
+		records, keys jetstream.KeyValue
+		writes        sync.WaitGroup
+		writeErr      atomic.Pointer[error]
+	)
+	if follow {
+		var err error
+		if records, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_RECORDS"}); err != nil {
+			return nil, 0, err
+		}
+		if keys, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_KEYS"}); err != nil {
+			return nil, 0, err
+		}
+	}
+	record := make([]byte, 512) // about a status record's size
+	for i := range record {
+		record[i] = 'x'
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -112,18 +143,35 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream) (stat
 			return
 		}
 		id := r.Header.Get("X-Gitea-Delivery")
-		if _, err := js.Publish(r.Context(), "bench.minimal.widgets.review", body, jetstream.WithMsgID(id)); err != nil {
+		if _, err := js.Publish(r.Context(), subject+".widgets.review", body, jetstream.WithMsgID(id)); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)
 		fmt.Fprintf(w, `{"jobs":[{"id":%q,"task":"pr-%d"}]}`, id, ev.PullRequest.Number)
+		if follow {
+			writes.Go(func() {
+				key := strconv.Itoa(ev.PullRequest.Number) + "-" + strings.ReplaceAll(id, "-", "")
+				_, err := records.Create(ctx, key, record)
+				if err == nil {
+					_, err = keys.Put(ctx, key, []byte(ev.Repository.FullName))
+				}
+				if err != nil {
+					writeErr.CompareAndSwap(nil, &err)
+				}
+			})
+		}
 	})}
 	go func() { _ = srv.Serve(ln) }() // ends with the Close below
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
-	return b.timedIntake(func(d gitea.Delivery, n int) error {
+	lat, rate, err := b.timedIntake(func(d gitea.Delivery, n int) error {
 		_, err := b.sendTo(ctx, base, d, n)
 		return err
 	})
+	writes.Wait()
+	if p := writeErr.Load(); p != nil && err == nil {
+		err = fmt.Errorf("the writes that follow the answer: %w", *p)
+	}
+	return lat, rate, err
 }

@@ -374,7 +374,11 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 	if err != nil {
 		return err
 	}
-	minLat, minRate, err := b.minimalIntake(ctx, js)
+	minLat, minRate, err := b.minimalIntake(ctx, js, false)
+	if err != nil {
+		return err
+	}
+	_, followRate, err := b.minimalIntake(ctx, js, true)
 	if err != nil {
 		return err
 	}
@@ -388,6 +392,10 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 		fmt.Sprintf("sync publish %.0f/s", rawRate), minRate/rawRate, true, 0)
 	t.ratio("  orch vs the minimal gateway, "+sync, fmt.Sprintf("%.0f/s", rate),
 		fmt.Sprintf("minimal %.0f/s", minRate), rate/minRate, true, 0)
+	t.ratio("  minimal gateway + record and key writes after the answer, "+sync, fmt.Sprintf("%.0f/s", followRate),
+		fmt.Sprintf("sync publish %.0f/s", rawRate), followRate/rawRate, true, 0)
+	t.ratio("  orch vs the minimal gateway with those writes, "+sync, fmt.Sprintf("%.0f/s", rate),
+		fmt.Sprintf("minimal+writes %.0f/s", followRate), rate/followRate, true, 0)
 	t.ratio("  minimal gateway p99, "+sync, stats.Ms(minLat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(minLat.P99(), rawLat.P99()), false, 0)
 	t.ratio("intake p50, "+sync, stats.Ms(lat.P50()), "sync publish "+stats.Ms(rawLat.P50()), ratio(lat.P50(), rawLat.P50()), false, 0)
 	t.ratio("intake p99, "+sync, stats.Ms(lat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(lat.P99(), rawLat.P99()), false, 2)

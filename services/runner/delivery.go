@@ -195,16 +195,22 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		logField = logPath
 	}
 	// The running state and the worktree do not depend on each other, so
-	// the worktree is prepared while the record is written; it is simply
-	// not used when the record says the job is not to run (the task lock
-	// is held, so no other job is in the worktree meanwhile).
+	// the worktree is prepared, and the task's saved state carried into
+	// it, while the record is written; they are simply not used when the
+	// record says the job is not to run (the task lock is held, so no
+	// other job is in the worktree meanwhile).
 	var (
 		co        workspace.Checkout
 		coErr     error
+		cs        carried
 		preparing sync.WaitGroup
 	)
 	if job.Kind != proto.KindCleanup {
-		preparing.Go(func() { co, coErr = r.prepareTimed(ctx, log, job, p, attempt) })
+		preparing.Go(func() {
+			if co, coErr = r.prepareTimed(ctx, log, job, p, attempt); coErr == nil {
+				cs = r.carryIn(ctx, log, job, p, attempt, &co)
+			}
+		})
 	}
 	st, err := r.status.ApplyFrom(ctx, job, rec.st, rec.rev, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()).With(r.conf.record))
 	preparing.Wait()
@@ -242,7 +248,6 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		return fail(fmt.Errorf("preparing worktree: %w", coErr))
 	}
 	dir := co.Dir
-	cs := r.carryIn(ctx, log, job, p, attempt, &co)
 	text, err := tmpls.Render(promptData(job, attempt, r.cfg.MaxAttempts, co))
 	if err != nil {
 		return fail(err)

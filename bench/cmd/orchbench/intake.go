@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"encoding/json"
@@ -108,10 +109,7 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follo
 			return nil, 0, err
 		}
 	}
-	record := make([]byte, 512) // about a status record's size
-	for i := range record {
-		record[i] = 'x'
-	}
+	record := bytes.Repeat([]byte("x"), 512) // about a status record's size
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, 0, err

@@ -208,8 +208,8 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 		return err
 	}
 	// The runner confines its agents where bwrap works (auto): the same
-	// work with each agent in bwrap's floor is what no confined drain
-	// goes over.
+	// work with each agent in bwrap's floor is a confined drain's
+	// baseline, reported beside the unconfined one.
 	var rawFloor float64
 	if b.raw.bwrap, err = exec.LookPath("bwrap"); err == nil {
 		rawFloor, err = b.rawWorkDrain(ctx, b.raw, "drainfloor")

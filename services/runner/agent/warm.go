@@ -59,8 +59,6 @@ type supervisor struct {
 	// reaped is closed once cmd.Wait has returned: the thread that
 	// started the process may go.
 	reaped chan struct{}
-	// exited is set once the process is reaped.
-	exited bool
 }
 
 // startSupervisor starts a supervisor that waits for its order.
@@ -162,8 +160,9 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 
 // reap waits for the supervisor to exit, once.
 func (s *supervisor) reap() {
-	if !s.exited {
-		s.exited = true
+	select {
+	case <-s.reaped:
+	default:
 		_ = s.cmd.Wait()
 		close(s.reaped)
 	}
@@ -283,7 +282,8 @@ func readMore(r io.Reader, msg []byte, want int) ([]byte, error) {
 // none waiting starts one as Run does. A nil Pool keeps none.
 //
 // A supervisor is not taken back when the runner stopped its agent (a
-// signal reached it) or its run failed: a new one is started in its place
+// signal reached it), or when it exited (it could not start its agent, or
+// was killed): a new one is started in its place
 // once the run is over, not when it was taken, so that it does not
 // compete for a core with the agent starting beside it.
 type Pool struct {

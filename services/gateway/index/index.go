@@ -276,11 +276,24 @@ func (ix *Index) PlaneTask(project, item string) (string, bool) {
 
 // OpenJobs returns the ids of the task's jobs that have not ended.
 func (ix *Index) OpenJobs(project, task string) []string {
+	return ix.openJobs(project, task, func(*Recent) bool { return true })
+}
+
+// OlderOpenJobs returns the ids of the task's jobs of kind that have not
+// ended and were created before t: the ones a new job of that kind may
+// supersede.
+func (ix *Index) OlderOpenJobs(project, task string, kind proto.Kind, t time.Time) []string {
+	return ix.openJobs(project, task, func(r *Recent) bool { return r.Kind == kind && r.CreatedAt.Before(t) })
+}
+
+// openJobs returns, sorted, the ids of the task's jobs that have not
+// ended and that match.
+func (ix *Index) openJobs(project, task string, match func(*Recent) bool) []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	var out []string
 	for id := range ix.byTask[taskKey{project, task}] {
-		if !ix.byID[id].Value.(*Recent).State.Terminal() {
+		if r := ix.byID[id].Value.(*Recent); !r.State.Terminal() && match(r) {
 			out = append(out, id)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/orch-dev/orch/proto"
 )
@@ -31,6 +32,22 @@ func TestIndex(t *testing.T) {
 	}
 	if got := ix.OpenJobs("widgets", "t2"); len(got) != 0 {
 		t.Errorf("a removed record is still open: %v", got)
+	}
+	// The jobs a new one supersedes: open, of its kind, created before it.
+	at := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	older := func(id string, kind proto.Kind, created time.Time, s proto.State) {
+		ix.Put(&proto.Status{Job: proto.Job{ID: id, Kind: kind, Project: "widgets", Task: proto.Task{ID: "t3"}, CreatedAt: created}, State: s})
+	}
+	older("r1", proto.KindReview, at.Add(-time.Minute), proto.StateQueued)
+	older("r2", proto.KindReview, at.Add(-time.Second), proto.StateRunning)
+	older("r3", proto.KindReview, at.Add(-time.Hour), proto.StateDone)
+	older("r4", proto.KindReview, at, proto.StateQueued)
+	older("x1", proto.KindRespond, at.Add(-time.Minute), proto.StateQueued)
+	if got, want := ix.OlderOpenJobs("widgets", "t3", proto.KindReview, at), []string{"r1", "r2"}; !slices.Equal(got, want) {
+		t.Errorf("older open review jobs %v, want %v", got, want)
+	}
+	for _, id := range []string{"r1", "r2", "r3", "r4", "x1"} {
+		ix.remove(id)
 	}
 	counts := ix.Counts()
 	if counts[proto.StateDone] != 1 || counts[proto.StateRunning] != 1 || counts[proto.StateQueued] != 0 || len(counts) != len(proto.States) {

@@ -86,6 +86,7 @@ const jsErrCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
 // holds (the gateway's index.Index, a KV-watched copy of the bucket).
 type Tasks interface {
 	OpenJobs(project, task string) []string
+	OlderOpenJobs(project, task string, kind proto.Kind, before time.Time) []string
 	Has(id string) bool
 	Synced() bool
 }

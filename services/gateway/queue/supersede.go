@@ -23,12 +23,11 @@ func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
 		return
 	}
 	running := q.cfg.SupersedeRunning != nil && q.cfg.SupersedeRunning(job.Project)
-	log := q.log.With(zap.String("job", job.ID), zap.String("project", job.Project), zap.String("task", job.Task.ID))
-	for _, id := range q.tasks.OpenJobs(job.Project, job.Task.ID) {
-		if id == job.ID {
-			continue
-		}
-		st, _, err := c.status.Get(ctx, id)
+	// The index names the candidates; each is read again, since the index
+	// may be a write behind, and written from what was read (no second
+	// read, unless another writer came first).
+	for _, id := range q.tasks.OlderOpenJobs(job.Project, job.Task.ID, job.Kind, job.CreatedAt) {
+		st, rev, err := c.status.Get(ctx, id)
 		if err != nil {
 			continue
 		}
@@ -38,13 +37,15 @@ func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
 		if st.State == proto.StateRunning && !running {
 			continue
 		}
-		_, err = c.status.Apply(ctx, &st.Job, status.Supersede(job.ID))
+		was := st.State
+		_, err = c.status.ApplyFrom(ctx, &st.Job, st, rev, status.Supersede(job.ID))
+		fields := []zap.Field{zap.String("job", job.ID), zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.String("older_job", id)}
 		switch {
 		case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrNotFound):
 		case err != nil:
-			log.Warn("superseding an older job", zap.String("older_job", id), zap.Error(err))
+			q.log.Warn("superseding an older job", append(fields, zap.Error(err))...)
 		default:
-			log.Info("older job superseded", zap.String("older_job", id), zap.String("was", string(st.State)))
+			q.log.Info("older job superseded", append(fields, zap.String("was", string(was)))...)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/proto"
 )
@@ -122,7 +123,7 @@ func checkUsers(t *testing.T, where string, opts *server.Options) {
 	var names []string
 	for _, u := range opts.Users {
 		names = append(names, u.Username)
-		want := natsauth.ServerPermissions(u.Username)
+		want := embedded.Permissions(u.Username)
 		if u.Permissions == nil || u.Permissions.Publish == nil || u.Permissions.Subscribe == nil {
 			t.Errorf("%s: user %s has no permissions", where, u.Username)
 			continue

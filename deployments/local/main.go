@@ -119,7 +119,7 @@ func run(ctx context.Context, gw gateway.Config, rn runner.Config, nt notifier.C
 			return err
 		}
 	}
-	if opts.Users, err = natsauth.ServerUsers(pw); err != nil {
+	if opts.Users, err = embedded.Users(pw); err != nil {
 		return err
 	}
 	natsContext := filepath.Join(loginDir, contextFile)

@@ -30,7 +30,7 @@ type Options struct {
 	ClusterName string
 	ClusterPort int
 	Routes      []string
-	// Users may connect, each with its permissions (natsauth.ServerUsers);
+	// Users may connect, each with its permissions (Users);
 	// with any, a client without a login is refused. None: anyone may
 	// connect and do anything, as tests want.
 	Users []*server.User

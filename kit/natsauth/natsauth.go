@@ -3,7 +3,7 @@
 // service makes, and an admin user for operators and the nats CLI.
 //
 // The table (grants) is the one place these permissions are written.
-// `make run`'s embedded server is configured from it (ServerUsers), and
+// `make run`'s embedded server is configured from it (kit/embedded.Users), and
 // deployments/check holds every shipped nats-server config to it, so a
 // permission added here and not there fails a test.
 //

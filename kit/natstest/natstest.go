@@ -42,7 +42,7 @@ func AuthServer(t testing.TB) *embedded.Server {
 // AuthServerWith is AuthServer with the passwords pw, by user.
 func AuthServerWith(t testing.TB, pw map[string]string) *embedded.Server {
 	t.Helper()
-	users, err := natsauth.ServerUsers(pw)
+	users, err := embedded.Users(pw)
 	if err != nil {
 		t.Fatal(err)
 	}

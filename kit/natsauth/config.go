@@ -3,33 +3,7 @@ package natsauth
 import (
 	"fmt"
 	"strings"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
-
-// ServerUsers returns the table's users for an in-process nats-server
-// (server.Options.Users), each with its password from passwords, which
-// must name every user of Users.
-func ServerUsers(passwords map[string]string) ([]*server.User, error) {
-	var users []*server.User
-	for _, name := range Users() {
-		pw := passwords[name]
-		if pw == "" {
-			return nil, fmt.Errorf("no NATS password for user %s", name)
-		}
-		users = append(users, &server.User{Username: name, Password: pw, Permissions: ServerPermissions(name)})
-	}
-	return users, nil
-}
-
-// ServerPermissions is For(user) as nats-server takes it.
-func ServerPermissions(user string) *server.Permissions {
-	p := For(user)
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: p.Publish},
-		Subscribe: &server.SubjectPermission{Allow: p.Subscribe},
-	}
-}
 
 // PasswordVar is the environment variable a shipped nats-server config
 // reads user's password from: NATS_GATEWAY_PASSWORD and so on.

@@ -73,6 +73,9 @@ var (
 	// ErrSuperseded is returned for a write of an attempt older than the
 	// record's.
 	ErrSuperseded = errors.New("a later attempt owns the job")
+	// ErrRunning is returned by Supersede, where it may not stop a
+	// running job, for one that runs.
+	ErrRunning = errors.New("job is running")
 	// ErrExists is returned by Queue for a job that has a record.
 	ErrExists = errors.New("job is already queued")
 	// ErrAlerted is returned by MarkAlerted when the alert was recorded
@@ -307,10 +310,15 @@ func Cancel() Transition {
 
 // Supersede records that job by, newer, of the same task and kind,
 // replaces the job: cancelled with proto.ReasonSuperseded, as a cancel
-// (the runners skip or stop it, nobody is alerted).
-func Supersede(by string) Transition {
+// (the runners skip or stop it, nobody is alerted). A running job is
+// superseded only when running is set (registry supersede: running); else
+// it is refused with ErrRunning.
+func Supersede(by string, running bool) Transition {
 	c := Cancel()
 	return Transition{Name: "supersede", apply: func(st *proto.Status) error {
+		if st.State == proto.StateRunning && !running {
+			return ErrRunning
+		}
 		if err := c.apply(st); err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ func TestLifecycle(t *testing.T) {
 		Finish(o), Retry(o), Fail(o), Requeue(o),
 		Reject(2, 3, "r1", "unknown project", now),
 		Cancel(),
-		Supersede("newer"),
+		Supersede("newer", true),
 		Hold(2, "r1", proto.HoldOverBudget, time.Time{}, now),
 		Release(""),
 		Stopped(2, "r1", -1, now),
@@ -208,7 +208,10 @@ func TestHoldKeepsAttempts(t *testing.T) {
 func TestSupersede(t *testing.T) {
 	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
 	st := &proto.Status{State: proto.StateRunning, Attempt: 1}
-	if err := Supersede("j2").apply(st); err != nil {
+	if err := Supersede("j2", false).apply(st); !errors.Is(err, ErrRunning) || st.State != proto.StateRunning {
+		t.Fatalf("a running job superseded where supersede is queued: %v, %s", err, st.State)
+	}
+	if err := Supersede("j2", true).apply(st); err != nil {
 		t.Fatal(err)
 	}
 	if err := Stopped(1, "r1", -1, now).apply(st); err != nil {

@@ -37,11 +37,13 @@ func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
 		if st.State == proto.StateRunning && !running {
 			continue
 		}
+		// Written only if still so: a job that started meanwhile is
+		// refused (ErrRunning) unless running ones may be superseded.
 		was := st.State
-		_, err = c.status.ApplyFrom(ctx, &st.Job, st, rev, status.Supersede(job.ID))
+		_, err = c.status.ApplyFrom(ctx, &st.Job, st, rev, status.Supersede(job.ID, running))
 		fields := []zap.Field{zap.String("job", job.ID), zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.String("older_job", id)}
 		switch {
-		case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrNotFound):
+		case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrNotFound), errors.Is(err, status.ErrRunning):
 		case err != nil:
 			q.log.Warn("superseding an older job", append(fields, zap.Error(err))...)
 		default:

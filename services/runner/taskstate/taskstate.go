@@ -150,9 +150,10 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 		if st, err = readStatus(ctx, wt); err != nil {
 			return m, err
 		}
-		// The commits no remote has: fetched pull request heads count as
-		// remote too, another runner fetches them the same way.
-		count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob=refs/pull/*")
+		// The commits no remote has: fetched pull request heads (package
+		// workspace keeps a fork's under refs/orch/pull/) count as remote
+		// too, another runner fetches them the same way.
+		count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob=refs/orch/pull/*")
 		if err != nil {
 			return m, fmt.Errorf("counting unpushed commits: %w", err)
 		}

@@ -231,6 +231,32 @@ func TestSavePristine(t *testing.T) {
 	}
 }
 
+// A fork's pull request head, fetched from origin's refs/pull/<n>/head
+// into the clone's refs/orch/pull/ (package workspace), is on origin:
+// its commits are not the task's own, and no bundle carries them.
+func TestSaveForkPullHead(t *testing.T) {
+	w := newWorld(t)
+	run(t, w.remote, "checkout", "-q", "-b", "fork")
+	os.WriteFile(filepath.Join(w.remote, "fork.txt"), []byte("fork\n"), 0o644)
+	run(t, w.remote, "add", "fork.txt")
+	run(t, w.remote, "commit", "-q", "-m", "from a fork")
+	run(t, w.remote, "update-ref", "refs/pull/1/head", "HEAD")
+	run(t, w.remote, "checkout", "-q", "main")
+	run(t, w.remote, "branch", "-q", "-D", "fork")
+	a := w.clone("a")
+	run(t, a.Worktree, "fetch", "-q", "origin", "+refs/pull/1/head:refs/orch/pull/1/head")
+	run(t, a.Worktree, "checkout", "-q", "-B", "agent/t1", "refs/orch/pull/1/head")
+	ctx := context.Background()
+	m, err := w.store("A").Save(ctx, a, "")
+	if err != nil || m.Commits != 0 {
+		t.Fatalf("save on a fork's pull request head: %+v, %v; want no commits of the task's own", m, err)
+	}
+	w.commit(a)
+	if m, err = w.store("A").Save(ctx, a, ""); err != nil || m.Commits != 1 {
+		t.Fatalf("save after a commit on it: %+v, %v; want 1 commit", m, err)
+	}
+}
+
 // Clean removes what a killed runner left, nothing else.
 func TestClean(t *testing.T) {
 	dir := t.TempDir()

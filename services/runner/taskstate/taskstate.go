@@ -36,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 // ErrUnreadable is wrapped by Restore's error when the saved state cannot
@@ -150,10 +151,10 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 		if st, err = readStatus(ctx, wt); err != nil {
 			return m, err
 		}
-		// The commits no remote has: fetched pull request heads (package
-		// workspace keeps a fork's under refs/orch/pull/) count as remote
-		// too, another runner fetches them the same way.
-		count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob=refs/orch/pull/*")
+		// The commits no remote has: fetched pull request heads
+		// (workspace.PullRefs) count as remote too, another runner
+		// fetches them the same way.
+		count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob="+workspace.PullRefs+"/*")
 		if err != nil {
 			return m, fmt.Errorf("counting unpushed commits: %w", err)
 		}

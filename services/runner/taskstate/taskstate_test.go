@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/taskstate"
+	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 func TestMain(m *testing.M) { natstest.VerifyTestMain(m) }
@@ -232,7 +233,7 @@ func TestSavePristine(t *testing.T) {
 }
 
 // A fork's pull request head, fetched from origin's refs/pull/<n>/head
-// into the clone's refs/orch/pull/ (package workspace), is on origin:
+// into the clone's workspace.PullRefs, is on origin:
 // its commits are not the task's own, and no bundle carries them.
 func TestSaveForkPullHead(t *testing.T) {
 	w := newWorld(t)
@@ -244,8 +245,9 @@ func TestSaveForkPullHead(t *testing.T) {
 	run(t, w.remote, "checkout", "-q", "main")
 	run(t, w.remote, "branch", "-q", "-D", "fork")
 	a := w.clone("a")
-	run(t, a.Worktree, "fetch", "-q", "origin", "+refs/pull/1/head:refs/orch/pull/1/head")
-	run(t, a.Worktree, "checkout", "-q", "-B", "agent/t1", "refs/orch/pull/1/head")
+	head := workspace.PullRefs + "/1/head"
+	run(t, a.Worktree, "fetch", "-q", "origin", "+refs/pull/1/head:"+head)
+	run(t, a.Worktree, "checkout", "-q", "-B", "agent/t1", head)
 	ctx := context.Background()
 	m, err := w.store("A").Save(ctx, a, "")
 	if err != nil || m.Commits != 0 {

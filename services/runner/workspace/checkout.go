@@ -203,9 +203,14 @@ func headKnown(gitDir string, want Want) bool {
 	return err == nil && oid == want.HeadSHA
 }
 
-// pullRef is where the head of pull request n of a fork is kept in the
-// clone: outside refs/remotes/origin, which every fetch --prune tidies.
-func pullRef(n int) string { return fmt.Sprintf("refs/orch/pull/%d/head", n) }
+// PullRefs holds, in the clone, the heads of forks' pull requests
+// fetched from origin: outside refs/remotes/origin, which every fetch
+// --prune tidies. Their commits are on origin (package taskstate does not
+// carry them).
+const PullRefs = "refs/orch/pull"
+
+// pullRef is where the head of pull request n of a fork is kept.
+func pullRef(n int) string { return fmt.Sprintf("%s/%d/head", PullRefs, n) }
 
 // fetchPull fetches the head of want's pull request from origin's
 // refs/pull/<n>/head (Gitea keeps one for every pull request, forks'

@@ -25,6 +25,8 @@ build:
 		echo "go build $$s"; \
 		(cd services/$$s && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../../$(BIN)/$$s ./cmd/$$s) || exit 1; \
 	done
+	@echo "go build orch-sandbox-init (the runner's, beside it)"
+	@cd services/runner && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o ../../$(BIN)/orch-sandbox-init ./cmd/orch-sandbox-init
 	cd deployments/local && go build -o ../../$(BIN)/orch-local .
 
 ## run: the whole system on this machine (embedded JetStream + 3 services).

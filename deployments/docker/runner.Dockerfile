@@ -28,7 +28,8 @@ COPY services/runner/ /src/services/runner/
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/runner ./cmd/runner \
- && /out/runner -version
+ && go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/orch-sandbox-init ./cmd/orch-sandbox-init \
+ && /out/runner -version && /out/orch-sandbox-init -version
 
 # Not distroless, unlike the gateway and the notifier: the runner clones
 # with git, and the agent it starts is a full program that expects a shell,
@@ -52,7 +53,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --user-group --home-dir /home/orch --create-home --shell /bin/sh orch \
  && install -d -o orch -g orch /var/lib/orch
-COPY --from=build /out/runner /usr/local/bin/runner
+# Beside the runner, where it finds it: each sandbox's init (docs/runner.md,
+# "The sandbox's init"), a smaller program than the runner's own.
+COPY --from=build /out/runner /out/orch-sandbox-init /usr/local/bin/
 # The agent's HOME (Claude Code keeps its settings there) and the
 # workspace (clones, worktrees, logs) are the volumes to keep.
 ENV ORCH_DATA_DIR=/var/lib/orch ORCH_WORKSPACE_DIR=/var/lib/orch/workspace ORCH_LOG_FORMAT=json HOME=/home/orch \

@@ -94,6 +94,10 @@ type Config struct {
 	// cache), colon-separated.
 	AgentSandboxRO []string `env:"AGENT_SANDBOX_RO" envSeparator:":"`
 	AgentSandboxRW []string `env:"AGENT_SANDBOX_RW" envSeparator:":"`
+	// AgentSandboxInit is the init program of every agent's sandbox
+	// (sandbox.FindInit). Empty: orch-sandbox-init beside the runner's
+	// executable, else the runner's executable itself.
+	AgentSandboxInit string `env:"AGENT_SANDBOX_INIT"`
 	// AgentMemoryMax bounds each agent process's memory (RLIMIT_DATA);
 	// empty or 0 is no limit.
 	AgentMemoryMax service.ByteSize `env:"AGENT_MEMORY_MAX"`
@@ -163,6 +167,9 @@ func (c *Config) Validate() error {
 		} else if _, err := os.Stat(p); err != nil {
 			errs = append(errs, fmt.Errorf("ORCH_AGENT_SANDBOX_RO/RW: %w", err))
 		}
+	}
+	if c.AgentSandboxInit != "" && !filepath.IsAbs(c.AgentSandboxInit) {
+		errs = append(errs, fmt.Errorf("ORCH_AGENT_SANDBOX_INIT: %q is not an absolute path", c.AgentSandboxInit))
 	}
 	if _, err := agent.SplitArgs(c.AgentCommand); err != nil {
 		errs = append(errs, fmt.Errorf("ORCH_AGENT_COMMAND: %w", err))

@@ -41,10 +41,12 @@ const modelUpstreamDefault = "https://api.anthropic.com"
 type confinement struct {
 	// bwrap is bubblewrap's path; "" runs agents unconfined.
 	bwrap string
-	// exe is the runner's executable, every sandbox's init.
-	exe     string
-	network sandbox.Network
-	limits  sandbox.Limits
+	// init is the program every sandbox's init and every rlimits step
+	// runs as (sandbox.FindInit): orch-sandbox-init, or the runner's
+	// own executable, exe.
+	init, exe string
+	network   sandbox.Network
+	limits    sandbox.Limits
 	// why auto runs agents unconfined: bwrap's trial at start failed.
 	why string
 }
@@ -72,15 +74,22 @@ func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confin
 	if err != nil && cfg.AgentSandbox != sandbox.ModeNone {
 		return c, fmt.Errorf("finding the runner's executable, every sandbox's init: %w", err)
 	}
-	c.exe = exe
-	bwrap, warn, err := sandbox.Choose(ctx, cfg.AgentSandbox, exe)
+	init, note, err := sandbox.FindInit(ctx, cfg.AgentSandboxInit, exe)
+	if err != nil {
+		return c, err
+	}
+	if note != "" {
+		log.Warn("agents' sandbox init: "+sandbox.InitName+" beside the runner passed over", zap.String("reason", note))
+	}
+	c.init, c.exe = init, exe
+	bwrap, warn, err := sandbox.Choose(ctx, cfg.AgentSandbox, init)
 	if err != nil {
 		return c, err
 	}
 	c.bwrap, c.why = bwrap, warn
 	switch {
 	case bwrap != "":
-		log.Info("agents run confined by bubblewrap", zap.String("bwrap", bwrap), zap.String("network", string(c.network)))
+		log.Info("agents run confined by bubblewrap", zap.String("bwrap", bwrap), zap.String("network", string(c.network)), zap.String("init", init))
 	case cfg.AgentSandbox == sandbox.ModeAuto:
 		log.Warn("agents run UNCONFINED: bubblewrap does not work on this host (ORCH_AGENT_SANDBOX=auto); every agent can read what the runner can, its credentials included; set ORCH_AGENT_SANDBOX=bwrap to refuse to start instead",
 			zap.String("reason", warn))
@@ -145,8 +154,14 @@ func (c confinement) record(st *proto.Status) {
 func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, spec *agent.Spec) (stop func(), err error) {
 	c := r.conf
 	if c.bwrap == "" {
+		// The runner's own executable as the supervisor's
+		// /proc/self/exe, which a replaced file on disk leaves as it is.
+		step := c.init
+		if step == c.exe {
+			step = "/proc/self/exe"
+		}
 		var v string
-		if spec.Argv, v = c.limits.Wrap("/proc/self/exe", spec.Argv); v != "" {
+		if spec.Argv, v = c.limits.Wrap(step, spec.Argv); v != "" {
 			spec.Env = append(spec.Env, v)
 		}
 		return func() {}, nil
@@ -161,7 +176,7 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 	env = append(env, "HOME="+home, "TMPDIR=/tmp")
 
 	sj := sandbox.Job{
-		Bwrap: c.bwrap, Init: c.exe, Network: c.network, Argv: spec.Argv, Worktree: dir, Home: home,
+		Bwrap: c.bwrap, Init: c.init, Network: c.network, Argv: spec.Argv, Worktree: dir, Home: home,
 		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
 		Limits: c.limits, PATH: envValue(env, "PATH"),
 	}

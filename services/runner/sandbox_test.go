@@ -188,6 +188,9 @@ esac
 	cfg.AgentSandbox = sandbox.ModeBwrap
 	cfg.AgentSandboxRW = nil
 	cfg.AgentEgress = []string{"127.0.0.1:" + port(t, allowed.URL)}
+	// Its init is orch-sandbox-init, as where `make build` or the image
+	// installs the runner (the other tests' is the test binary itself).
+	cfg.AgentSandboxInit = testkit.Build(t, t.TempDir(), "github.com/orch-dev/orch/services/runner/cmd/orch-sandbox-init")
 	e.start(cfg)
 
 	first := job("hostile-1", "task-other", proto.KindImplement)

@@ -23,12 +23,14 @@ var Services = []string{"gateway", "runner", "notifier"}
 // Build compiles the three services (from this workspace, through the
 // bench module's replace directives) into dir and returns their paths by
 // name. The binaries are built as `make build` builds them, without the
-// race detector, so what is measured is what ships.
+// race detector, so what is measured is what ships: orch-sandbox-init
+// too, beside the runner, where the runner finds it.
 func Build(ctx context.Context, dir string) (map[string]string, error) {
 	args := []string{"build", "-trimpath", "-o", dir + string(os.PathSeparator)}
 	for _, s := range Services {
 		args = append(args, "github.com/orch-dev/orch/services/"+s+"/cmd/"+s)
 	}
+	args = append(args, "github.com/orch-dev/orch/services/runner/cmd/orch-sandbox-init")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

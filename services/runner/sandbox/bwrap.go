@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// InitPath is where the runner's executable is bound in every sandbox.
+// InitPath is where the init program (FindInit) is bound in every sandbox.
 const InitPath = "/run/orch/init"
 
 // SocketPath is where the egress proxy's unix socket is bound.
@@ -24,7 +24,7 @@ const ForwardPort = 3128
 type Job struct {
 	// Bwrap is bwrap's path (Choose).
 	Bwrap string
-	// Init is the runner's executable on the host.
+	// Init is the init program on the host (FindInit).
 	Init string
 	// Network is what the agent may reach.
 	Network Network

@@ -10,8 +10,9 @@
 //
 //	runner ─ supervisor (package agent) ─ bwrap ─ bwrap's pid 1 ─ init ─ agent
 //
-// init is the runner's own binary, bound read-only into the sandbox and
-// started in a marked mode (package initproc): under the allowlist
+// init is orch-sandbox-init, orch's small init program (or, where it is
+// not installed, the runner's own binary: FindInit), bound read-only
+// into the sandbox and started in a marked mode (package initproc): under the allowlist
 // network it listens on 127.0.0.1:ForwardPort and copies each connection
 // to the runner's egress proxy over a unix socket bound in, which is the
 // agent's only way out; it starts the agent, with its rlimits, as its
@@ -69,8 +70,8 @@ func (n Network) Valid() bool { return n == NetAllowlist || n == NetOpen || n ==
 const probeTimeout = 20 * time.Second
 
 // Choose decides at start how agents run under mode: the path of bwrap
-// when they are confined, "" when not. init is the runner's executable,
-// which the probe runs inside a sandbox as a job would. For auto, a host
+// when they are confined, "" when not. init is the program FindInit
+// chose, which the probe runs inside a sandbox as a job would. For auto, a host
 // where bwrap does not work gives "" and the reason in warn; for bwrap it
 // is the error, naming the problem.
 func Choose(ctx context.Context, mode Mode, init string) (bwrap, warn string, err error) {
@@ -89,7 +90,7 @@ func Choose(ctx context.Context, mode Mode, init string) (bwrap, warn string, er
 }
 
 // Probe tries bwrap the way a job uses it: every namespace unshared, and
-// init, the runner's executable, run inside in its probe mode. It returns
+// init (FindInit's) run inside in its probe mode. It returns
 // bwrap's path, or why it does not work, with bwrap's own words.
 func Probe(ctx context.Context, init string) (string, error) {
 	path, err := exec.LookPath("bwrap")
@@ -97,7 +98,7 @@ func Probe(ctx context.Context, init string) (string, error) {
 		return "", errors.New("bwrap (bubblewrap) is not on PATH: install it (Debian: apt-get install bubblewrap) or set ORCH_AGENT_SANDBOX=none")
 	}
 	if _, err := os.Stat(init); err != nil {
-		return "", fmt.Errorf("the runner's executable, which runs in every sandbox: %w", err)
+		return "", fmt.Errorf("the init program, which runs in every sandbox: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -113,7 +114,7 @@ func Probe(ctx context.Context, init string) (string, error) {
 		return "", fmt.Errorf("bwrap does not work on this host: %s (user namespaces disabled or blocked? see docs/runner.md)", msg)
 	}
 	if strings.TrimSpace(string(out)) != probeAnswer {
-		return "", fmt.Errorf("bwrap ran, but the runner's executable inside answered %q", strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("bwrap ran, but the init program inside answered %q", strings.TrimSpace(string(out)))
 	}
 	return path, nil
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/runner/agent"
 )
 
@@ -16,7 +18,9 @@ import (
 // unconfined, in bwrap's floor (Floor: the least bwrap that confines,
 // which no sandbox made for each job can go under), confined with the network
 // none, and confined with init's forwarder (bound to a socket nobody
-// serves: the agent does not dial).
+// serves: the agent does not dial), init being the runner's executable
+// (here the test binary, as big: "bwrap+forwarder") or orch-sandbox-init
+// ("bwrap+forwarder+own-init", as `make build` installs the runner).
 // On a 2-core test machine: about 6, 15 and 20 ms. Besides the time, it
 // reports the CPU time of the processes started (cpu-ms/op, user and
 // system, from getrusage of the reaped children), which a loaded shared
@@ -29,7 +33,8 @@ func BenchmarkStart(b *testing.B) {
 	}
 	root := b.TempDir()
 	wt := worktree(b, root)
-	for _, mode := range []string{"none", "bwrap-floor", "bwrap", "bwrap+forwarder"} {
+	own := testkit.Build(b, b.TempDir(), initPkg)
+	for _, mode := range []string{"none", "bwrap-floor", "bwrap", "bwrap+forwarder", "bwrap+forwarder+own-init"} {
 		b.Run(mode, func(b *testing.B) {
 			before := childCPU()
 			for b.Loop() {
@@ -40,9 +45,12 @@ func BenchmarkStart(b *testing.B) {
 					argv = Floor(bwrap, wt, nil, argv...)
 				default:
 					j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: argv, Worktree: wt, Home: filepath.Join(root, "home"), PATH: "/usr/bin:/bin"}
-					if mode == "bwrap+forwarder" {
+					if strings.HasPrefix(mode, "bwrap+forwarder") {
 						j.Network, j.Socket = NetAllowlist, filepath.Join(root, "sock")
 						_ = os.WriteFile(j.Socket, nil, 0o600)
+					}
+					if mode == "bwrap+forwarder+own-init" {
+						j.Init = own
 					}
 					argv, err = j.Command()
 					if err != nil {

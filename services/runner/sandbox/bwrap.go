@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -116,11 +115,7 @@ func (j Job) Command() ([]string, error) {
 		args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", name, value)
 		return run(argv...), nil
 	}
-	enc, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
-	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, string(enc))
+	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, spec.String())
 	return run(append([]string{InitPath}, j.Argv...)...), nil
 }
 

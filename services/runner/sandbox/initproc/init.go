@@ -1,11 +1,10 @@
 package initproc
 
 import (
-	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,18 +14,18 @@ import (
 // agent and returns the agent's exit status.
 func runInit(v string, argv []string) int {
 	if v == ProbeValue {
-		fmt.Println(ProbeAnswer)
+		_, _ = os.Stdout.WriteString(ProbeAnswer + "\n")
 		return 0
 	}
-	var spec Spec
-	if err := json.Unmarshal([]byte(v), &spec); err != nil || len(argv) == 0 {
-		fmt.Fprintf(os.Stderr, "orch: bad sandbox init invocation %q %q\n", v, argv)
+	spec, err := ParseSpec(v)
+	if err != nil || len(argv) == 0 {
+		say("bad sandbox init invocation ", strconv.Quote(v), " ", strconv.Quote(strings.Join(argv, " ")))
 		return 126
 	}
 	if spec.Port != 0 {
 		ln, err := listen(spec.Port)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "orch: sandbox forwarder on 127.0.0.1:%d: %v\n", spec.Port, err)
+			say("sandbox forwarder on 127.0.0.1:", strconv.Itoa(spec.Port), ": ", err.Error())
 			return 126
 		}
 		// It serves until init exits, with the agent.
@@ -50,7 +49,7 @@ func runInit(v string, argv []string) int {
 	}
 	path, err := lookPath(argv[0])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		say("starting agent: ", err.Error())
 		return 127
 	}
 	p, err := os.StartProcess(path, argv, &os.ProcAttr{
@@ -59,12 +58,12 @@ func runInit(v string, argv []string) int {
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		say("starting agent: ", err.Error())
 		return 127
 	}
 	state, err := p.Wait()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orch: waiting for the agent: %v\n", err)
+		say("waiting for the agent: ", err.Error())
 		return 126
 	}
 	ws, _ := state.Sys().(syscall.WaitStatus)

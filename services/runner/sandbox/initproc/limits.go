@@ -1,7 +1,7 @@
 package initproc
 
 import (
-	"fmt"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -29,7 +29,7 @@ func lookPath(name string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", name)
+	return "", errors.New("exec: " + strconv.Quote(name) + ": executable file not found in $PATH")
 }
 
 // execLimited sets the rlimits of v on this process and execs argv; it
@@ -37,13 +37,13 @@ func lookPath(name string) (string, error) {
 func execLimited(v string, argv []string) int {
 	f := strings.Fields(v)
 	if len(f) != 2 || len(argv) == 0 {
-		fmt.Fprintf(os.Stderr, "orch: bad rlimits invocation %q %q\n", v, argv)
+		say("bad rlimits invocation ", strconv.Quote(v), " ", strconv.Quote(strings.Join(argv, " ")))
 		return 126
 	}
 	mem, err1 := strconv.ParseInt(f[0], 10, 64)
 	pids, err2 := strconv.Atoi(f[1])
 	if err1 != nil || err2 != nil {
-		fmt.Fprintf(os.Stderr, "orch: bad rlimits %q\n", v)
+		say("bad rlimits ", strconv.Quote(v))
 		return 126
 	}
 	var env []string
@@ -54,7 +54,7 @@ func execLimited(v string, argv []string) int {
 	}
 	path, err := lookPath(argv[0])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+		say("starting agent: ", err.Error())
 		return 127
 	}
 	// The limits last, with nothing left to do but exec: past them,
@@ -62,17 +62,17 @@ func execLimited(v string, argv []string) int {
 	// detector, a test's, maps its shadow memory as it goes).
 	if mem > 0 {
 		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: uint64(mem), Max: uint64(mem)}); err != nil {
-			fmt.Fprintf(os.Stderr, "orch: setrlimit RLIMIT_DATA: %v\n", err)
+			say("setrlimit RLIMIT_DATA: ", err.Error())
 			return 126
 		}
 	}
 	if pids > 0 {
 		if err := syscall.Setrlimit(rlimitNproc, &syscall.Rlimit{Cur: uint64(pids), Max: uint64(pids)}); err != nil {
-			fmt.Fprintf(os.Stderr, "orch: setrlimit RLIMIT_NPROC: %v\n", err)
+			say("setrlimit RLIMIT_NPROC: ", err.Error())
 			return 126
 		}
 	}
 	err = syscall.Exec(path, argv, env)
-	fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
+	say("starting agent: ", err.Error())
 	return 127
 }

@@ -154,8 +154,9 @@ func (c confinement) record(st *proto.Status) {
 func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, spec *agent.Spec) (stop func(), err error) {
 	c := r.conf
 	if c.bwrap == "" {
-		// The runner's own executable as the supervisor's
-		// /proc/self/exe, which a replaced file on disk leaves as it is.
+		// The rlimits step: orch-sandbox-init, or the runner's own
+		// executable as the supervisor's /proc/self/exe, which still
+		// runs when the file on disk has been replaced.
 		step := c.init
 		if step == c.exe {
 			step = "/proc/self/exe"

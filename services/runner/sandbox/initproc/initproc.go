@@ -29,12 +29,11 @@ import (
 )
 
 // InitEnv marks orch-sandbox-init (or the runner's executable) started as
-// a sandbox's init; its
-// value is the Spec (Spec.String), or ProbeValue.
+// a sandbox's init; its value is the Spec (Spec.String), or ProbeValue.
 const InitEnv = "ORCH_INTERNAL_SANDBOX_INIT"
 
-// LimitsEnv marks the runner's executable started to set the agent's
-// rlimits and exec it; its value is "<data bytes> <nproc>".
+// LimitsEnv marks orch-sandbox-init (or the runner's executable) started
+// to set the agent's rlimits and exec it; its value is "<data bytes> <nproc>".
 const LimitsEnv = "ORCH_INTERNAL_AGENT_RLIMITS"
 
 // The probe's exchange with init. The answer names the revision of what

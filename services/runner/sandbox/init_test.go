@@ -5,7 +5,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -91,18 +90,12 @@ func TestOwnInitForwardsAndLimits(t *testing.T) {
 		Limits: Limits{MemoryMax: 512 << 20, PidsMax: 1000},
 		Argv: []string{"bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/` + strconv.Itoa(ForwardPort) + ` && echo ping >&3 && cat <&3
 grep -E 'Max (data size|processes)' /proc/self/limits | tr -s ' '; exit 5`}}
-	argv, err := j.Command()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
-	out, _ := cmd.CombinedOutput()
-	if code := cmd.ProcessState.ExitCode(); code != 5 {
+	out, code := runJob(t, j)
+	if code != 5 {
 		t.Errorf("exit %d, want the agent's 5; output:\n%s", code, out)
 	}
 	for _, want := range []string{"pong ping", "Max data size 536870912 536870912", "Max processes 1000 1000"} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("the agent's output lacks %q:\n%s", want, out)
 		}
 	}

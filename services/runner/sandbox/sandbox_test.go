@@ -37,6 +37,20 @@ func run(t testing.TB, dir string, args ...string) {
 	}
 }
 
+// runJob runs j's sandbox with a bare environment, as the supervisor
+// starts it, and returns its output and exit status.
+func runJob(t testing.TB, j Job) (string, int) {
+	t.Helper()
+	argv, err := j.Command()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
+	out, _ := cmd.CombinedOutput()
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
 // worktree makes a bare clone with a worktree, as package workspace lays
 // them out, and returns the worktree.
 func worktree(t testing.TB, root string) string {
@@ -133,15 +147,9 @@ exit 0
 `
 	j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: []string{"sh", "-c", script}, Worktree: wt,
 		Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
-	argv, err := j.Command()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.Contains(string(out), "FAIL") {
-		t.Fatalf("git in the sandbox: %v\n%s", err, out)
+	out, code := runJob(t, j)
+	if code != 0 || strings.Contains(out, "FAIL") {
+		t.Fatalf("git in the sandbox: exit %d\n%s", code, out)
 	}
 	log, err := exec.Command("git", "-C", bare, "log", "-1", "--format=%s", "agent/task").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(log)) != "confined" {

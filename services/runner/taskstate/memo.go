@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-
-	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 // memo is what a Store saved last for each task: the bundle of its
@@ -75,7 +73,7 @@ func (s *Store) bundleDir() (string, error) {
 // tipOf is what a bundle of the worktree's unpushed commits depends on:
 // HEAD and the refs it excludes.
 func tipOf(ctx context.Context, wt, head string) (string, error) {
-	refs, err := git(ctx, wt, "for-each-ref", "--format=%(objectname) %(refname)", "refs/remotes", workspace.PullRefs)
+	refs, err := git(ctx, wt, append([]string{"for-each-ref", "--format=%(objectname) %(refname)"}, onOrigin...)...)
 	if err != nil {
 		return "", err
 	}
@@ -96,7 +94,7 @@ func (s *Store) bundle(ctx context.Context, key, wt, tip string) (string, error)
 		return "", err
 	}
 	path := filepath.Join(dir, key+".bundle")
-	if _, err := git(ctx, wt, "bundle", "create", "--quiet", path+".new", "HEAD", "--not", "--remotes", "--glob="+workspace.PullRefs+"/*"); err != nil {
+	if _, err := git(ctx, wt, append([]string{"bundle", "create", "--quiet", path + ".new", "HEAD"}, notOnOrigin()...)...); err != nil {
 		_ = os.Remove(path + ".new")
 		return "", fmt.Errorf("bundling unpushed commits: %w", err)
 	}

@@ -151,10 +151,8 @@ func (s *Store) Save(ctx context.Context, pl Place, sessionID string) (Manifest,
 		if st, err = readStatus(ctx, wt); err != nil {
 			return m, err
 		}
-		// The commits no remote has: fetched pull request heads
-		// (workspace.PullRefs) count as remote too, another runner
-		// fetches them the same way.
-		count, err := git(ctx, wt, "rev-list", "--count", "HEAD", "--not", "--remotes", "--glob="+workspace.PullRefs+"/*")
+		// The commits no remote has (onOrigin).
+		count, err := git(ctx, wt, append([]string{"rev-list", "--count", "HEAD"}, notOnOrigin()...)...)
 		if err != nil {
 			return m, fmt.Errorf("counting unpushed commits: %w", err)
 		}
@@ -346,6 +344,22 @@ func maps(dst, src map[string]string) {
 	for k, v := range src {
 		dst[k] = v
 	}
+}
+
+// onOrigin are the refs whose commits are on origin, where another
+// runner fetches them the same way: the remote-tracking branches and the
+// fetched heads of forks' pull requests (workspace.PullRefs). A task's
+// own commits are those of its HEAD that none of them reaches; they are
+// what a save counts and bundles.
+var onOrigin = []string{"refs/remotes", workspace.PullRefs}
+
+// notOnOrigin is git's revision arguments for "none of onOrigin".
+func notOnOrigin() []string {
+	args := []string{"--not"}
+	for _, r := range onOrigin {
+		args = append(args, "--glob="+r+"/*")
+	}
+	return args
 }
 
 // gitEnv keeps git from taking optional locks: the agent may be running

@@ -178,10 +178,8 @@ func TestSandboxInitOnlyWhenNeeded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
-		out, _ := cmd.CombinedOutput()
-		return string(out), cmd.ProcessState.ExitCode(), argv
+		out, code := runJob(t, j)
+		return out, code, argv
 	}
 	out, code, argv := run(Limits{}, "echo pid $$; exit 7")
 	if slices.Contains(argv, InitPath) || code != 7 || !strings.Contains(out, "pid 2") {

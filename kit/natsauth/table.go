@@ -15,9 +15,12 @@ var grants = map[string][]Grant{
 		[]Grant{
 			// Webhooks, POST /jobs and POST /jobs/{id}/retry queue jobs.
 			Publish(proto.SubjectJobsAll, "queue jobs"),
-			// Status records: written on queue and cancel, read by /jobs,
-			// watched by the index behind /queue.
+			// Status records: written on cancel and supersede, read by
+			// /jobs, watched by the index behind /queue.
 			Bucket(proto.BucketJobs, Own),
+			// The jobs waiting in JOBS, which have no status record yet:
+			// read by sequence for the index, /jobs and cancels.
+			Stream(proto.StreamJobs, Get),
 			// /queue's stream and consumer figures.
 			ConsumerInfo(proto.StreamJobs, proto.ConsumerRunner),
 			// /queue's DLQ figures; retry reads the dead-lettered job.

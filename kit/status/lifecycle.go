@@ -12,7 +12,7 @@ import (
 // bucket. "absent" is a job with no record yet; who applies each
 // transition is in brackets.
 //
-//	absent ──Queue [gateway, runner's pipeline]──► queued
+//	absent ──Queue [runner's pipeline]──► queued
 //
 //	absent, queued, held, retrying, running ──StartAttempt [runner]──► running
 //	running ──Progress [runner]──► running (same attempt)
@@ -26,8 +26,8 @@ import (
 //	absent, queued, held, running, retrying ──Hold [runner]──► held
 //	held ──Release [runner's releaser, gateway]──► queued
 //
-//	queued, held, running, retrying ──Cancel [gateway]──► cancelled
-//	queued, held, running, retrying ──Supersede [gateway]──► cancelled (a newer job replaced it)
+//	absent, queued, held, running, retrying ──Cancel [gateway]──► cancelled
+//	absent, queued, held, running, retrying ──Supersede [gateway]──► cancelled (a newer job replaced it)
 //	cancelled ──Stopped [runner]──► cancelled (how the stopped attempt ended)
 //
 //	absent, queued, running, retrying, failed ──DeadLetter [notifier]──► failed
@@ -294,13 +294,12 @@ func Release(by string) Transition {
 }
 
 // Cancel records that a person cancelled the job: from queued, held,
-// running or retrying. The runners skip or stop a cancelled job.
+// running or retrying, or absent (a job waiting in JOBS has no record
+// until a runner takes it: the cancel creates it). The runners skip or
+// stop a cancelled job.
 func Cancel() Transition {
 	return Transition{Name: "cancel", apply: func(st *proto.Status) error {
-		switch {
-		case st.State == absent:
-			return ErrNotFound
-		case st.State.Terminal():
+		if st.State.Terminal() {
 			return ErrTerminal
 		}
 		st.State, st.Error = proto.StateCancelled, proto.ReasonCancelled

@@ -74,14 +74,15 @@ func (s *Store) Apply(ctx context.Context, job *proto.Job, t Transition) (*proto
 }
 
 // ApplyFrom is Apply starting from cur, the record at revision rev that
-// the caller read before: when nobody wrote it since, the transition
-// costs one write and no read; when somebody did, the compare-and-set
-// fails and the record is read again, as Apply would; a refusal is only
-// ever returned for a record read from the bucket. A nil cur reads it
-// first. ApplyFrom may change cur.
+// the caller read before (revision 0: the job had no record, cur is the
+// job with no state): when nobody wrote it since, the transition costs
+// one write and no read; when somebody did, the compare-and-set fails and
+// the record is read again, as Apply would; a refusal is only ever
+// returned for a record read from the bucket. A nil cur reads it first.
+// ApplyFrom may change cur.
 func (s *Store) ApplyFrom(ctx context.Context, job *proto.Job, cur *proto.Status, rev uint64, t Transition) (*proto.Status, error) {
 	for range 20 {
-		st, given := cur, cur != nil && rev != 0
+		st, given := cur, cur != nil
 		cur = nil
 		var err error
 		if !given {

@@ -200,7 +200,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	ix := index.New()
 	m := metrics.New(sp, ix.Counts)
-	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), DuplicateWindow: cfg.DuplicateWindow,
+	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes),
 		SupersedeRunning: func(project string) bool {
 			p, ok := current.Load().ByKey(project)
 			return ok && p.Supersede == registry.SupersedeRunning
@@ -242,9 +242,9 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	// after the HTTP server has finished its in-flight requests.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	// NATS closes last: after the background, and after the writes that
-	// follow the jobs' publishes (queue.Wait), which the spool's drain
-	// makes too.
+	// NATS closes last: after the background, and after the supersedes
+	// that follow the jobs' publishes (queue.Wait), which the spool's
+	// drain makes too.
 	var nc *nats.Conn
 	defer func() {
 		stopBG()
@@ -284,6 +284,8 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}
 		dd := queue.NewDedupe(dkv, cfg.DedupeTTL)
 		wg.Go(func() { dd.Watch(bg, rc, log.Named("dedupe")) })
+		wg.Go(func() { dd.Keep(bg, ix, log.Named("dedupe")) })
+		wg.Go(func() { ix.FollowJobs(bg, nc, rc, log.Named("index")) })
 		q.Connect(nc, js, st, dd)
 		svc.Connect(nc, js, st)
 		// The dashboard's logins wait for their own bucket; the index

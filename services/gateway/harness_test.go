@@ -304,6 +304,25 @@ type queueAnswer struct {
 	} `json:"recent"`
 }
 
+// jobAnswer is the body of GET /jobs/{id}.
+type jobAnswer struct {
+	Job    proto.Job    `json:"job"`
+	Status proto.Status `json:"status"`
+}
+
+// job GETs /jobs/{id}.
+func (g *gw) job(t *testing.T, id string) (int, jobAnswer) {
+	t.Helper()
+	code, body := g.read(t, "/jobs/"+id)
+	var a jobAnswer
+	if code == http.StatusOK {
+		if err := json.Unmarshal(body, &a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return code, a
+}
+
 func (g *gw) queue(t *testing.T) queueAnswer {
 	t.Helper()
 	code, body := g.read(t, "/queue?limit=100")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway"
@@ -376,25 +380,32 @@ func TestIntakeBoundsAreValidated(t *testing.T) {
 	}
 }
 
-// A webhook is answered once its job is in JetStream; its status record
-// and dedupe key follow the answer. A read of the queue or of the job
-// right after its 202 finds it all the same, and a gateway stopped while
-// it answers writes
-// the record and key of every job it answered before it lets NATS go.
-func TestRecordsFollowTheAnswer(t *testing.T) {
+// A webhook's only durable write is its job's publish: the job waits in
+// JOBS with no status record, and the gateway knows it from there. A read
+// of the queue or of the job right after its 202 finds it; a gateway
+// stopped while it answers has every job it answered in JOBS; a gateway
+// started again lists them (it reads JOBS), cancels one by creating its
+// record, and shows the record a runner writes, after which the job's
+// dedupe key is written.
+func TestJobsWaitInJOBSWithoutARecord(t *testing.T) {
 	t.Parallel()
 	e, g := newGateway(t, nil)
+	_, js, kv := natstest.Connect(t, e.srv)
+	ctx := context.Background()
 	first, _ := g.postGitea(t, prBody(t, 99, "opened"))
+	id := first.Jobs[0].ID
 	listed := false
 	for _, r := range g.queue(t).Recent {
-		listed = listed || r.ID == first.Jobs[0].ID
+		listed = listed || r.ID == id && r.State == string(proto.StateQueued)
 	}
 	if !listed {
-		t.Errorf("GET /queue right after the 202 does not list job %s", first.Jobs[0].ID)
+		t.Errorf("GET /queue right after the 202 does not list job %s queued", id)
 	}
-	second, _ := g.postGitea(t, prBody(t, 98, "opened"))
-	if code, out := g.read(t, "/jobs/"+second.Jobs[0].ID); code != http.StatusOK {
-		t.Errorf("GET /jobs/%s right after its 202: %d %s", second.Jobs[0].ID, code, out)
+	if code, a := g.job(t, id); code != http.StatusOK || a.Status.State != proto.StateQueued || a.Job.Task.PR != 99 {
+		t.Errorf("GET /jobs/%s right after its 202: %d %+v", id, code, a)
+	}
+	if _, err := kv.Get(ctx, id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the intake wrote a status record (%v): its publish is its one write", err)
 	}
 
 	const n = 40
@@ -430,19 +441,55 @@ func TestRecordsFollowTheAnswer(t *testing.T) {
 	g.stop(t) // while the others are being answered
 	wg.Wait()
 	close(ids)
+	want := []string{id}
+	for id := range ids {
+		want = append(want, id)
+	}
+	inStream := jobsInStream(t, js)
+	for _, id := range want {
+		if !inStream[id] {
+			t.Errorf("job %s was answered 202 but is not in JOBS", id)
+		}
+	}
 
-	_, js, kv := natstest.Connect(t, e.srv)
-	ctx := context.Background()
+	g = e.start()
+	g.ready(t)
+	for _, id := range want {
+		if code, a := g.job(t, id); code != http.StatusOK || a.Status.State != proto.StateQueued {
+			t.Errorf("GET /jobs/%s from a gateway started again: %d %+v", id, code, a)
+		}
+	}
+	if q := g.queue(t); q.Counts[string(proto.StateQueued)] != len(inStream) {
+		t.Errorf("GET /queue counts %d queued, JOBS holds %d", q.Counts[string(proto.StateQueued)], len(inStream))
+	}
+
+	// A cancel creates the record of a job that has none.
+	auth := map[string]string{"Authorization": "Bearer " + apiToken}
+	if code, out := g.do(t, http.MethodPost, "/jobs/"+id+"/cancel", auth, nil); code != http.StatusOK {
+		t.Fatalf("cancel of a job waiting in JOBS: %d %s", code, out)
+	}
+	if st, _, err := status.New(kv).Get(ctx, id); err != nil || st.State != proto.StateCancelled {
+		t.Errorf("record of the cancelled job: %+v %v", st, err)
+	}
+
+	// A runner takes another: the record it creates replaces the job's
+	// entry, and the dedupe key follows the record.
+	taken := want[1]
+	_, a := g.job(t, taken)
+	if _, err := status.New(kv).Apply(ctx, &a.Job, status.StartAttempt(1, 3, "r1", "", time.Now())); err != nil {
+		t.Fatal(err)
+	}
 	dd, err := js.KeyValue(ctx, proto.BucketDedupe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id := range ids {
-		if _, err := kv.Get(ctx, id); err != nil {
-			t.Errorf("status record of job %s after the gateway stopped: %v", id, err)
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if _, a := g.job(t, taken); a.Status.State != proto.StateRunning {
+			return fmt.Errorf("job %s is %s, want running", taken, a.Status.State)
 		}
-		if _, err := dd.Get(ctx, id); err != nil {
-			t.Errorf("dedupe key of job %s after the gateway stopped: %v", id, err)
+		if _, err := dd.Get(ctx, taken); err != nil {
+			return fmt.Errorf("dedupe key of job %s: %w", taken, err)
 		}
-	}
+		return nil
+	})
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -38,10 +39,12 @@ func TestNewerReviewSupersedesQueued(t *testing.T) {
 		t.Helper()
 		var rec *proto.Status
 		natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-			var err error
-			if rec, _, err = st.Get(ctx, id); err != nil {
-				return err
+			code, a := g.job(t, id)
+			if code != http.StatusOK {
+				return fmt.Errorf("GET /jobs/%s: %d", id, code)
 			}
+			rec = &a.Status
+			rec.Job = a.Job
 			if rec.State != want {
 				return fmt.Errorf("job %s is %s, want %s", id, rec.State, want)
 			}
@@ -98,13 +101,8 @@ func TestSupersedeRunning(t *testing.T) {
 		return a.Jobs[0].ID
 	}
 	first := push("1111111111111111111111111111111111111111")
-	var rec *proto.Status
-	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		var err error
-		rec, _, err = st.Get(ctx, first)
-		return err
-	})
-	if _, err := st.Apply(ctx, &rec.Job, status.StartAttempt(1, 3, "r1", "", time.Now())); err != nil {
+	_, a := g.job(t, first)
+	if _, err := st.Apply(ctx, &a.Job, status.StartAttempt(1, 3, "r1", "", time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
@@ -115,7 +113,7 @@ func TestSupersedeRunning(t *testing.T) {
 	})
 	second := push("2222222222222222222222222222222222222222")
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		rec, _, _ = st.Get(ctx, first)
+		rec, _, _ := st.Get(ctx, first)
 		if rec.State != proto.StateCancelled || rec.SupersededBy != second {
 			return fmt.Errorf("running review is %s (superseded by %q)", rec.State, rec.SupersededBy)
 		}

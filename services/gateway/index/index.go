@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,7 +34,13 @@ type Index struct {
 	// byProject counts each project's jobs per state; a state a project
 	// has no job in is absent, and so is a project with no job.
 	byProject map[string]map[proto.State]int
-	synced    bool
+	// synced and jobsSynced say the status bucket and JOBS were read
+	// whole once.
+	synced, jobsSynced bool
+	// records carries the id of each job whose first record the index
+	// read (see Records); missed says some did not fit.
+	records chan Ref
+	missed  atomic.Bool
 }
 
 // Recent is one line of GET /queue's recent list. Title is the task's
@@ -56,6 +63,9 @@ type Recent struct {
 	written time.Time
 	// planeItem is the job's Plane work item id, if it has one.
 	planeItem string
+	// seq is the job's sequence in JOBS while the index knows the job
+	// from there alone (see Queued); 0 once its record was read.
+	seq uint64
 }
 
 type taskKey struct{ project, task string }
@@ -65,6 +75,7 @@ func New() *Index {
 	return &Index{
 		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{}, byItem: map[taskKey]map[string]struct{}{},
 		recent: list.New(), counts: map[proto.State]int{}, byProject: map[string]map[proto.State]int{},
+		records: make(chan Ref, recordsBuffer),
 	}
 }
 
@@ -145,12 +156,13 @@ func sweepEvery(ttl time.Duration) time.Duration {
 	return min(max(ttl/100, 500*time.Millisecond), time.Minute)
 }
 
-// keepOnly removes every record whose key is not in keys.
+// keepOnly removes every record whose key is not in keys (the jobs known
+// from JOBS alone stay).
 func (ix *Index) keepOnly(keys map[string]struct{}) {
 	ix.mu.RLock()
 	var gone []string
-	for id := range ix.byID {
-		if _, ok := keys[id]; !ok {
+	for id, el := range ix.byID {
+		if _, ok := keys[id]; !ok && el.Value.(*Recent).seq == 0 {
 			gone = append(gone, id)
 		}
 	}
@@ -162,26 +174,25 @@ func (ix *Index) keepOnly(keys map[string]struct{}) {
 
 // expire removes the records written before cutoff: the bucket has
 // expired them. The recent list is in order of change, so they are at its
-// back.
+// back, behind the jobs known from JOBS alone, which no TTL expires.
 func (ix *Index) expire(cutoff time.Time) {
-	for {
-		ix.mu.RLock()
-		el := ix.recent.Back()
-		var id string
-		if el != nil {
-			if r := el.Value.(*Recent); !r.written.IsZero() && r.written.Before(cutoff) {
-				id = r.ID
-			}
-		}
-		ix.mu.RUnlock()
-		if id == "" {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for el := ix.recent.Back(); el != nil; {
+		r := el.Value.(*Recent)
+		el = el.Prev()
+		switch {
+		case r.seq != 0:
+		case !r.written.IsZero() && r.written.Before(cutoff):
+			ix.removeLocked(r.ID)
+		default:
 			return
 		}
-		ix.remove(id)
 	}
 }
 
-// Has reports whether the index holds a record of job id.
+// Has reports whether the index knows job id: by its record, or from
+// JOBS.
 func (ix *Index) Has(id string) bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
@@ -202,10 +213,24 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	first := true
 	if el, ok := ix.byID[r.ID]; ok {
-		ix.count(el.Value.(*Recent), -1)
-		ix.recent.Remove(el)
+		first = el.Value.(*Recent).written.IsZero()
+		ix.removeLocked(r.ID)
 	}
+	ix.add(r)
+	if first && !written.IsZero() {
+		select {
+		case ix.records <- Ref{ID: r.ID, Project: r.Project, Kind: r.Kind, Task: r.Task}:
+		default:
+			ix.missed.Store(true)
+		}
+	}
+}
+
+// add puts r, a job the index does not hold, at the front. The caller
+// holds mu.
+func (ix *Index) add(r *Recent) {
 	ix.count(r, 1)
 	ix.byID[r.ID] = ix.recent.PushFront(r)
 	k := taskKey{r.Project, r.Task}
@@ -242,6 +267,11 @@ func (ix *Index) count(r *Recent, d int) {
 func (ix *Index) remove(id string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.removeLocked(id)
+}
+
+// removeLocked removes job id. The caller holds mu.
+func (ix *Index) removeLocked(id string) {
 	if el, ok := ix.byID[id]; ok {
 		r := el.Value.(*Recent)
 		ix.count(r, -1)
@@ -335,9 +365,10 @@ func (ix *Index) Recent(limit int) []Recent {
 	return out
 }
 
-// Synced reports whether the index has read the whole bucket once.
+// Synced reports whether the index has read the whole bucket and the
+// whole of JOBS once.
 func (ix *Index) Synced() bool {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	return ix.synced
+	return ix.synced && ix.jobsSynced
 }

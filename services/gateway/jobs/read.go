@@ -13,29 +13,24 @@ import (
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/index"
+	"github.com/orch-dev/orch/services/gateway/queue"
 )
 
-// Job returns the job's status record, which carries the job: a 404
-// Refusal for an id that names no job, 503 while the status store is
+// Job returns the job's status record, which carries the job, or, for a
+// job waiting in JOBS with no record yet, the job as queued: a 404
+// Refusal for an id that names no job, 503 while JetStream is
 // unreachable.
 func (s *Service) Job(ctx context.Context, id string) (*proto.Status, error) {
 	if id == "" || proto.Token(id) != id {
 		return nil, refuse(http.StatusNotFound, "no such job")
 	}
-	c := s.conn.Load()
-	if c == nil {
-		return nil, refuse(http.StatusServiceUnavailable, "status store unavailable: not connected to NATS yet")
-	}
-	st, _, err := c.status.Get(ctx, id)
-	if errors.Is(err, status.ErrNotFound) {
-		// Queued here just now, its record may still be on its way.
-		s.cfg.Queue.Settle(ctx, id)
-		st, _, err = c.status.Get(ctx, id)
-	}
-	if errors.Is(err, status.ErrNotFound) {
+	st, err := s.cfg.Queue.Job(ctx, id)
+	switch {
+	case errors.Is(err, status.ErrNotFound):
 		return nil, refuse(http.StatusNotFound, "no such job")
-	}
-	if err != nil {
+	case errors.Is(err, queue.ErrUnavailable):
+		return nil, refuse(http.StatusServiceUnavailable, "status store unavailable: %v", err)
+	case err != nil:
 		s.log(ctx).Warn("reading job", zap.String("job", id), zap.Error(err))
 		return nil, refuse(http.StatusServiceUnavailable, "status store unavailable")
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/service"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/index"
 )
 
 // Dedupe is the gateway's memory of the jobs it has published, kept in
@@ -28,14 +29,12 @@ import (
 // has read the bucket (the first seconds after a start) a question is
 // answered by the bucket itself.
 //
-// A key is written right after JetStream acked its job, at the same time
-// as the job's status record, never before the publish: a key written
-// for a publish that then failed would make every retry of the event a
-// "duplicate" that was never queued. Both writes follow the 202 (see
-// Queue.record): a gateway that dies between the ack and the key leaves
-// a job without a key, and its event, replayed later than JetStream's
-// duplicate window while its record is missing, would run again. The
-// window is the time of one round trip to the server.
+// A job's key is written once its status record exists (Keep), never at
+// intake: the webhook's publish is its only durable write, and until the
+// record exists the job is known from JOBS (see Queue.Enqueue). A record
+// exists only for a job that was published, so a key is never written for
+// a publish that failed. A gateway that stops before it wrote a key writes
+// it when it starts again: the record lasts days longer than that.
 type Dedupe struct {
 	kv  jetstream.KeyValue
 	ttl time.Duration
@@ -67,35 +66,121 @@ func NewDedupe(kv jetstream.KeyValue, ttl time.Duration) *Dedupe {
 	return &Dedupe{kv: kv, ttl: cmp.Or(ttl, proto.DedupeTTLDefault), keys: map[dedupeKey]time.Time{}}
 }
 
-// Published returns when job id was published, and false when it is not
-// known (never published, or longer ago than the TTL).
-func (d *Dedupe) Published(ctx context.Context, id string) (time.Time, bool, error) {
+// Published reports whether job id was published (its key is younger
+// than the TTL).
+func (d *Dedupe) Published(ctx context.Context, id string) (bool, error) {
 	d.mu.RLock()
 	at, ok := d.keys[keyOf(id)]
 	synced := d.synced
 	d.mu.RUnlock()
 	if ok || synced {
-		return at, ok && time.Since(at) < d.ttl, nil
+		return ok && time.Since(at) < d.ttl, nil
 	}
-	e, err := d.kv.Get(ctx, id)
+	_, err := d.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return time.Time{}, false, nil
+		return false, nil
 	}
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	return e.Created(), true, nil
+	return err == nil, err
 }
 
-// Record writes job's key: it was published just now.
-func (d *Dedupe) Record(ctx context.Context, job *proto.Job) error {
-	if _, err := d.kv.Put(ctx, job.ID, []byte(job.Project+"/"+string(job.Kind)+"/"+job.Task.ID)); err != nil {
+// Recorded is where Keep learns of the jobs that have a status record: the
+// gateway's index.Index.
+type Recorded interface {
+	// Records carries each job whose record was read for the first time.
+	Records() <-chan index.Ref
+	// Missed reports whether Records dropped some since the last call.
+	Missed() bool
+	// EachRecord calls f for every job with a record.
+	EachRecord(f func(index.Ref))
+	// Synced reports whether every record was read once.
+	Synced() bool
+}
+
+// keepRetry is how long Keep waits before it walks every record again
+// after a key could not be written.
+const keepRetry = 10 * time.Second
+
+// Keep writes the key of every job that has a status record in recs and
+// no key yet, until ctx ends: all of them once recs and the copy have
+// read their buckets, then each job whose record recs reads for the first
+// time. A key that cannot be written (NATS away) is tried again on the
+// next walk of every record.
+func (d *Dedupe) Keep(ctx context.Context, recs Recorded, log *zap.Logger) {
+	walk := time.NewTicker(100 * time.Millisecond)
+	defer walk.Stop()
+	for ctx.Err() == nil && !(recs.Synced() && d.isSynced()) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-walk.C:
+		}
+	}
+	walk.Reset(keepRetry)
+	failed := !d.keepAll(ctx, recs, log)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ref := <-recs.Records():
+			if err := d.keep(ctx, ref); err != nil {
+				log.Warn("writing dedupe key, will retry", zap.String("job", ref.ID), zap.Error(err))
+				failed = true
+			}
+		case <-walk.C:
+		}
+		if recs.Missed() || failed {
+			failed = !d.keepAll(ctx, recs, log)
+		}
+	}
+}
+
+// keepAll writes the missing keys of every record in recs, and reports
+// whether it wrote them all.
+func (d *Dedupe) keepAll(ctx context.Context, recs Recorded, log *zap.Logger) bool {
+	var errs int
+	recs.EachRecord(func(ref index.Ref) {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := d.keep(ctx, ref); err != nil {
+			if errs++; errs == 1 {
+				log.Warn("writing dedupe keys, will retry", zap.String("job", ref.ID), zap.Error(err))
+			}
+		}
+	})
+	return errs == 0
+}
+
+// keep writes ref's key unless the copy has it. Another gateway may write
+// it first: a key that exists is kept as it is.
+func (d *Dedupe) keep(ctx context.Context, ref index.Ref) error {
+	k := keyOf(ref.ID)
+	d.mu.RLock()
+	_, ok := d.keys[k]
+	d.mu.RUnlock()
+	if ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, keepTimeout)
+	defer cancel()
+	if _, err := d.kv.Create(ctx, ref.ID, []byte(ref.Project+"/"+string(ref.Kind)+"/"+ref.Task)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
 	}
 	d.mu.Lock()
-	d.keys[keyOf(job.ID)] = time.Now()
+	if _, ok := d.keys[k]; !ok {
+		d.keys[k] = time.Now()
+	}
 	d.mu.Unlock()
 	return nil
+}
+
+// keepTimeout bounds one key's write.
+const keepTimeout = 5 * time.Second
+
+func (d *Dedupe) isSynced() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.synced
 }
 
 // Watch keeps the copy current until ctx ends, restarting the watch when

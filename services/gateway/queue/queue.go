@@ -2,13 +2,16 @@
 // stream and cancels a task's open jobs, or, while JetStream is away,
 // keeps the decision in the spool and carries it out when it is back.
 //
-// A job counts as queued only once JetStream has acked it, and each job is
-// published at most once per dedupe key: JetStream's duplicate window
-// catches quick repeats, the job's KV status record (created if absent
-// right after the publish) and its key in KV dedupe (written at the same
-// time, kept for ORCH_DEDUPE_TTL) catch the rest, also after a JetStream
-// restart, when the window has forgotten acked messages, and after the
-// record expired.
+// A job counts as queued only once JetStream has acked it, and the publish
+// is the one durable write of a webhook: the job's status record is
+// created by the runner that takes it (or by a cancel or a supersede that
+// comes first), and the gateway's index knows the job from JOBS until
+// then (index.Index.Queued, FollowJobs). Each job is published at most
+// once per dedupe key: JetStream's duplicate window catches quick
+// repeats, the index (the job in JOBS, or its record) and the dedupe
+// memory (a key kept for ORCH_DEDUPE_TTL once the job's record exists,
+// see Dedupe) catch the rest, also after a JetStream restart, when the
+// window has forgotten acked messages, and after the record expired.
 //
 // Nothing one event carries can stop the queue: a job is cut to fit
 // ORCH_MAX_TASK_BYTES before it is published (Fit), and a decision that
@@ -21,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,9 +31,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
-	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/gateway/index"
 	"github.com/orch-dev/orch/services/gateway/metrics"
 	"github.com/orch-dev/orch/services/gateway/spool"
 	"github.com/orch-dev/orch/services/gateway/trigger"
@@ -82,13 +84,18 @@ func Permanent(err error) bool {
 // headers are over 64 KiB (nats.go names no constant for it).
 const jsErrCodeHeaderExceedsMaximum jetstream.ErrorCode = 10097
 
-// Tasks finds the open jobs of a task and the jobs the status bucket
-// holds (the gateway's index.Index, a KV-watched copy of the bucket).
+// Tasks finds the open jobs of a task and the jobs the gateway knows:
+// the gateway's index.Index, a KV-watched copy of the status bucket with
+// the jobs JOBS holds that have no record yet.
 type Tasks interface {
 	OpenJobs(project, task string) []string
 	OlderOpenJobs(project, task string, kind proto.Kind, before time.Time) []string
 	Has(id string) bool
 	Synced() bool
+	// Queued adds a job JetStream acked at sequence seq of JOBS.
+	Queued(job *proto.Job, seq uint64)
+	// Waiting returns the JOBS sequence of a job that has no record.
+	Waiting(id string) (uint64, bool)
 }
 
 // Config is how the queue bounds and dedupes jobs.
@@ -96,11 +103,6 @@ type Config struct {
 	// MaxTaskBytes bounds a published job; its text is cut to fit (see
 	// Fit). Zero means MaxTaskBytesDefault.
 	MaxTaskBytes int
-	// DuplicateWindow is JetStream's duplicate window on JOBS: a job
-	// whose dedupe key is younger may be published again, to finish an
-	// earlier publish whose status record was not written (JetStream
-	// drops the message itself). Zero means proto.DuplicateWindowDefault.
-	DuplicateWindow time.Duration
 	// SupersedeRunning says whether a newer job of a project's task and
 	// kind also stops a running older one (registry supersede: running);
 	// nil: never (supersede: queued, the default). See supersede.go.
@@ -116,11 +118,8 @@ type Queue struct {
 	metrics *metrics.Metrics
 	cfg     Config
 	conn    atomic.Pointer[conn]
-	records inflight
-	// closing ends with Wait: the writes that follow a publish stop
-	// waiting for the index, which stops before them.
-	closing context.Context
-	close   context.CancelFunc
+	// superseding tracks the supersedes that follow publishes.
+	superseding inflight
 }
 
 type conn struct {
@@ -135,12 +134,7 @@ func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, cfg Config, log *zap.
 	if cfg.MaxTaskBytes <= 0 {
 		cfg.MaxTaskBytes = MaxTaskBytesDefault
 	}
-	if cfg.DuplicateWindow <= 0 {
-		cfg.DuplicateWindow = proto.DuplicateWindowDefault
-	}
-	q := &Queue{log: log, spool: sp, tasks: tasks, metrics: m, cfg: cfg}
-	q.closing, q.close = context.WithCancel(context.Background())
-	return q
+	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m, cfg: cfg}
 }
 
 // Connect makes JetStream available to the queue and wakes the spool.
@@ -174,28 +168,22 @@ type Result struct {
 	Duplicate bool
 }
 
-// Enqueue publishes job unless it is already known, and records it as
-// queued. It returns only once JetStream holds the job.
+// Enqueue publishes job unless it is already known. It returns only
+// once JetStream holds the job, which the index then knows (Queued).
 //
-// A job is known when the status bucket holds its record, which is only
-// ever created after JetStream acked the job: the record is the proof of
-// the publish that survives a JetStream restart. The bucket is read
-// through the index, a watched copy of it, which costs no round trip; a
-// record the index has not caught up with yet (milliseconds old) belongs
-// to a publish that JetStream's duplicate window still remembers, so the
-// publish below is dropped as a duplicate and the record is found there.
+// A job is known when the index holds it: its status record, or the job
+// in JOBS (read at start and followed, see index.FollowJobs; this
+// gateway's own publishes are added at their ack). Both are read without
+// a round trip. A job the index has not caught up with yet (published by
+// another gateway a moment ago) belongs to a publish that JetStream's
+// duplicate window still remembers: the publish below is dropped as a
+// duplicate. A job whose record has expired is still known by its dedupe
+// key (see Dedupe, also read without a round trip).
 //
-// A job whose record has expired is still known by its dedupe key (see
-// Dedupe, also read without a round trip). A key younger than the
-// duplicate window whose record is missing belongs to an earlier publish
-// whose record write failed: the job takes the way of a new one, where
-// JetStream drops the message and the record is written. An older one is
-// a replay: nothing is published.
-//
-// Before the publish the job is validated and cut to fit MaxTaskBytes;
-// after the ack the record and the dedupe key are written at once, off
-// the caller's path (see record), so the common path costs one round
-// trip: the publish.
+// Before the publish the job is validated and cut to fit MaxTaskBytes.
+// The publish is the only write on the caller's path, and the only
+// durable write at all unless the job supersedes older ones, which is
+// done right after, off the caller's path (see supersede).
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	c, err := q.ready()
 	if err != nil {
@@ -204,11 +192,9 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	if q.tasks.Has(job.ID) {
 		return Result{Duplicate: true}, nil
 	}
-	at, known, err := c.dedupe.Published(ctx, job.ID)
-	if err != nil {
+	if known, err := c.dedupe.Published(ctx, job.ID); err != nil {
 		return Result{}, fmt.Errorf("reading dedupe key of job %s: %w", job.ID, err)
-	}
-	if known && time.Since(at) >= q.cfg.DuplicateWindow {
+	} else if known {
 		return Result{Duplicate: true}, nil
 	}
 	if err := q.prepare(job); err != nil {
@@ -224,81 +210,70 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		return Result{}, fmt.Errorf("publishing job %s: %w", job.ID, err)
 	}
 	q.metrics.ObservePublish(start)
-	q.records.write(job.ID, func() { q.record(c, job, ack.Duplicate) })
+	q.tasks.Queued(job, ack.Sequence)
+	if !ack.Duplicate && q.supersedes(job) {
+		q.superseding.write(job.ID, func() { q.supersede(c, job) })
+	}
 	return Result{Duplicate: ack.Duplicate}, nil
 }
 
-// recordTimeout bounds the writes that follow a job's publish (see
-// record).
-const recordTimeout = 10 * time.Second
-
-// record writes what follows job's publish, after Enqueue has answered:
-// its status record (created if absent: the runner may already have
-// written a newer state, which it leaves alone) and its dedupe key, at
-// once; then it waits until the index (Tasks) has read the record back,
-// a second at most, and, for a job that is new, supersedes the older
-// ones. Until then the job's writes are in flight (see Settle).
-//
-// Only the publish is on the request's path: the job is durable once
-// JetStream acked it, and the runner that takes it creates the record if
-// it is still absent (StartAttempt from absent). A gateway that dies
-// between the ack and these writes leaves a queued job that the lists
-// show only once a runner takes it, and no dedupe key: a repeat of its
-// event within the duplicate window is still dropped by JetStream; one
-// later than that, while the job's record is missing or after it
-// expired, would queue it again. Reads on this gateway wait for these
-// writes (Settle, SettleAll), so a job is never missing right after its
-// 202.
-func (q *Queue) record(c *conn, job *proto.Job, duplicate bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	var recErr, keyErr error
-	wg.Go(func() {
-		if _, err := c.status.Apply(ctx, job, status.Queue(0)); err != nil && !errors.Is(err, status.ErrExists) {
-			recErr = fmt.Errorf("creating status record: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := c.dedupe.Record(ctx, job); err != nil {
-			keyErr = fmt.Errorf("writing dedupe key: %w", err)
-		}
-	})
-	wg.Wait()
-	if err := errors.Join(recErr, keyErr); err != nil {
-		q.log.Warn("job queued, but writing what follows its publish failed (the runner creates its record when it takes it)",
-			zap.String("job", job.ID), zap.Error(err))
-		return
+// current returns the record of job id and its revision, or, for a job
+// that JOBS holds without one, the job as an absent record (revision 0),
+// which a transition may create.
+func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status, uint64, error) {
+	st, rev, err := c.status.Get(ctx, id)
+	if !errors.Is(err, status.ErrNotFound) {
+		return st, rev, err
 	}
-	indexed, stop := context.WithTimeout(q.closing, time.Second)
-	for !q.tasks.Has(job.ID) {
-		if !backoff.Sleep(indexed, 2*time.Millisecond) {
-			break
+	seq, ok := q.tasks.Waiting(id)
+	if !ok {
+		return nil, 0, err
+	}
+	job, ok, jerr := index.JobAt(ctx, c.nc, seq)
+	if jerr != nil {
+		return nil, 0, jerr
+	}
+	if !ok { // taken meanwhile: its record is on its way
+		if st, rev, err = c.status.Get(ctx, id); err == nil {
+			return st, rev, nil
 		}
+		return nil, 0, err
 	}
-	stop()
-	if !duplicate {
-		q.supersede(ctx, c, job)
-	}
+	return &proto.Status{Job: *job}, 0, nil
 }
 
-// Settle waits until the writes that follow the publish of job id by
-// this gateway are done and the index holds its record (at once when
-// there are none), so that a read of the job right after its 202 finds
-// it. It returns early when ctx ends.
-func (q *Queue) Settle(ctx context.Context, id string) { q.records.wait(ctx, id) }
-
-// SettleAll is Settle for every job whose writes are in flight now, so
-// that a list read right after a 202 shows its job.
-func (q *Queue) SettleAll(ctx context.Context) { q.records.waitAll(ctx) }
-
-// Wait waits for every write that follows a publish: the gateway calls
-// it once its HTTP server, spool and index have stopped, before it
-// closes NATS.
-func (q *Queue) Wait() {
-	q.close()
-	q.records.wg.Wait()
+// Job returns the status record of job id, or, for a job waiting in JOBS
+// with none yet, the job as queued. It returns status.ErrNotFound for a
+// job the gateway does not know.
+func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
+	c, err := q.ready()
+	if err != nil {
+		return nil, err
+	}
+	q.Settle(ctx, id)
+	st, rev, err := q.current(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	if rev == 0 {
+		st.Schema, st.State, st.UpdatedAt = proto.SchemaVersion, proto.StateQueued, st.Job.CreatedAt
+	}
+	return st, nil
 }
+
+// Settle waits until the supersede that follows the publish of job id by
+// this gateway is done (at once when there is none), so that a read of
+// an older job right after a newer one's 202 finds it superseded. It
+// returns early when ctx ends.
+func (q *Queue) Settle(ctx context.Context, id string) { q.superseding.wait(ctx, id) }
+
+// SettleAll is Settle for every supersede in flight now, so that a list
+// read right after a 202 shows the jobs it superseded.
+func (q *Queue) SettleAll(ctx context.Context) { q.superseding.waitAll(ctx) }
+
+// Wait waits for the supersedes that follow publishes: the gateway calls
+// it once its HTTP server and spool have stopped, before it closes NATS.
+func (q *Queue) Wait() { q.superseding.wg.Wait() }
 
 // prepare makes job ready to publish: valid, and cut to fit MaxTaskBytes
 // (see Fit). Its error is ErrPermanent. A job prepared once is left as
@@ -320,7 +295,8 @@ func (q *Queue) prepare(job *proto.Job) error {
 	return nil
 }
 
-// Cancel marks job id cancelled (the runners skip or stop it). It returns
+// Cancel marks job id cancelled (the runners skip or stop it), creating
+// the record of a job that waits in JOBS without one. It returns
 // status.ErrNotFound or status.ErrTerminal where they apply.
 func (q *Queue) Cancel(ctx context.Context, id string) (*proto.Status, error) {
 	c, err := q.ready()
@@ -328,7 +304,11 @@ func (q *Queue) Cancel(ctx context.Context, id string) (*proto.Status, error) {
 		return nil, err
 	}
 	q.Settle(ctx, id)
-	return c.status.Cancel(ctx, id)
+	st, rev, err := q.current(ctx, c, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.status.ApplyFrom(ctx, &st.Job, st, rev, status.Cancel())
 }
 
 // CancelTask cancels every open job of a task and returns their ids.
@@ -340,8 +320,6 @@ func (q *Queue) CancelTask(ctx context.Context, project, task string) ([]string,
 		// Only the index knows a task's jobs.
 		return nil, fmt.Errorf("%w: job index not read yet", ErrUnavailable)
 	}
-	// The index learns a job from its record, which follows the answer.
-	q.SettleAll(ctx)
 	var done []string
 	for _, id := range q.tasks.OpenJobs(project, task) {
 		_, err := q.Cancel(ctx, id)

@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -10,24 +12,31 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
+// supersedes reports whether job may supersede older jobs that the index
+// names (see supersede): most jobs have none, and cost nothing more.
+func (q *Queue) supersedes(job *proto.Job) bool {
+	return job.Kind != proto.KindRespond && job.Kind != proto.KindCleanup && q.tasks.Synced() &&
+		len(q.tasks.OlderOpenJobs(job.Project, job.Task.ID, job.Kind, job.CreatedAt)) > 0
+}
+
 // supersede cancels, with proto.ReasonSuperseded naming job, the older
 // open jobs of job's task and kind: three pushes to a pull request within
 // a minute queue three reviews, and only the newest is worth paying for.
-// A waiting job (queued, held, retrying) is superseded; a running one
-// only where the project says supersede: running (its runner stops the
-// agent, as for a cancel). Respond jobs each answer their own mention and
-// a cleanup costs nothing, so neither supersedes. Superseding is a
-// saving, not a guarantee: an error is logged and the older job runs.
-func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
-	if job.Kind == proto.KindRespond || job.Kind == proto.KindCleanup || !q.tasks.Synced() {
-		return
-	}
+// A waiting job (queued, held, retrying) is superseded, its record
+// created if it has none yet; a running one only where the project says
+// supersede: running (its runner stops the agent, as for a cancel).
+// Respond jobs each answer their own mention and a cleanup costs nothing,
+// so neither supersedes (supersedes). Superseding is a saving, not a
+// guarantee: an error is logged and the older job runs.
+func (q *Queue) supersede(c *conn, job *proto.Job) {
+	ctx, cancel := context.WithTimeout(context.Background(), supersedeTimeout)
+	defer cancel()
 	running := q.cfg.SupersedeRunning != nil && q.cfg.SupersedeRunning(job.Project)
 	// The index names the candidates; each is read again, since the index
 	// may be a write behind, and written from what was read (no second
 	// read, unless another writer came first).
 	for _, id := range q.tasks.OlderOpenJobs(job.Project, job.Task.ID, job.Kind, job.CreatedAt) {
-		st, rev, err := c.status.Get(ctx, id)
+		st, rev, err := q.current(ctx, c, id)
 		if err != nil {
 			continue
 		}
@@ -39,7 +48,7 @@ func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
 		}
 		// Written only if still so: a job that started meanwhile is
 		// refused (ErrRunning) unless running ones may be superseded.
-		was := st.State
+		was := cmp.Or(st.State, proto.StateQueued)
 		_, err = c.status.ApplyFrom(ctx, &st.Job, st, rev, status.Supersede(job.ID, running))
 		fields := []zap.Field{zap.String("job", job.ID), zap.String("project", job.Project), zap.String("task", job.Task.ID), zap.String("older_job", id)}
 		switch {
@@ -51,3 +60,6 @@ func (q *Queue) supersede(ctx context.Context, c *conn, job *proto.Job) {
 		}
 	}
 }
+
+// supersedeTimeout bounds a job's supersede.
+const supersedeTimeout = 10 * time.Second

@@ -2,7 +2,7 @@ package ui_test
 
 import (
 	"bufio"
-	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -278,14 +278,24 @@ func TestRetryOfADeadLetterQueuesANewJob(t *testing.T) {
 		t.Fatalf("retry: %d to %q %s", a.code, loc, a.body)
 	}
 	newID := strings.TrimPrefix(loc, "/ui/jobs/")
+	// The new job waits in JOBS; the API shows it queued.
 	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		ent, err := e.kv.Get(context.Background(), newID)
+		req, err := http.NewRequest(http.MethodGet, e.url+"/jobs/"+newID, nil)
 		if err != nil {
 			return err
 		}
-		st, err := proto.DecodeStatus(ent.Value())
-		if err != nil || st.Job.RetryOf != "j1" || st.State != proto.StateQueued {
-			return fmt.Errorf("new job %+v %v", st, err)
+		req.Header.Set("Authorization", "Bearer "+apiToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer res.Body.Close()
+		var a struct {
+			Job    proto.Job    `json:"job"`
+			Status proto.Status `json:"status"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&a); err != nil || a.Job.RetryOf != "j1" || a.Status.State != proto.StateQueued {
+			return fmt.Errorf("new job: %d %+v %v", res.StatusCode, a, err)
 		}
 		return nil
 	})

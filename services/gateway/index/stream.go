@@ -172,8 +172,12 @@ func (ix *Index) readJobs(ctx context.Context, nc *nats.Conn, from uint64, seqs 
 			if seqs != nil {
 				seqs[m.seq] = struct{}{}
 			}
-			if job, err := proto.DecodeJob(m.data); err == nil {
-				ix.Queued(job, m.seq)
+			// Most are known (this gateway's own): only the others are
+			// decoded.
+			if m.id == "" || !ix.Has(m.id) {
+				if job, err := proto.DecodeJob(m.data); err == nil {
+					ix.Queued(job, m.seq)
+				}
 			}
 			from = m.seq + 1
 		}
@@ -197,9 +201,11 @@ func JobAt(ctx context.Context, nc *nats.Conn, seq uint64) (*proto.Job, bool, er
 	return job, true, nil
 }
 
-// streamMsg is one message of a direct get.
+// streamMsg is one message of a direct get: its sequence, its job's id
+// (the Nats-Msg-Id it was published with) and the job.
 type streamMsg struct {
 	seq  uint64
+	id   string
 	data []byte
 }
 
@@ -260,7 +266,7 @@ func directGet(ctx context.Context, nc *nats.Conn, from uint64, batch int) ([]st
 		if err != nil {
 			return nil, false, fmt.Errorf("direct get of %s: sequence: %w", proto.StreamJobs, err)
 		}
-		msgs = append(msgs, streamMsg{seq: seq, data: m.Data})
+		msgs = append(msgs, streamMsg{seq: seq, id: m.Header.Get(jetstream.MsgIDHeader), data: m.Data})
 		if batch == 0 {
 			return msgs, false, nil
 		}

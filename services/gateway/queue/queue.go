@@ -220,26 +220,21 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 // current returns the record of job id and its revision, or, for a job
 // that JOBS holds without one, the job as an absent record (revision 0),
 // which a transition may create.
+//
+// The index says which to read first. A record created after it was read
+// is found by the transition's compare-and-set, which then reads it.
 func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status, uint64, error) {
-	st, rev, err := c.status.Get(ctx, id)
-	if !errors.Is(err, status.ErrNotFound) {
-		return st, rev, err
-	}
-	seq, ok := q.tasks.Waiting(id)
-	if !ok {
-		return nil, 0, err
-	}
-	job, ok, jerr := index.JobAt(ctx, c.nc, seq)
-	if jerr != nil {
-		return nil, 0, jerr
-	}
-	if !ok { // taken meanwhile: its record is on its way
-		if st, rev, err = c.status.Get(ctx, id); err == nil {
-			return st, rev, nil
+	if seq, ok := q.tasks.Waiting(id); ok {
+		job, ok, err := index.JobAt(ctx, c.nc, seq)
+		if err != nil {
+			return nil, 0, err
 		}
-		return nil, 0, err
+		if ok {
+			return &proto.Status{Job: *job}, 0, nil
+		}
+		// Taken meanwhile: its record is written.
 	}
-	return &proto.Status{Job: *job}, 0, nil
+	return c.status.Get(ctx, id)
 }
 
 // Job returns the status record of job id, or, for a job waiting in JOBS

@@ -37,6 +37,10 @@ type Index struct {
 	// synced and jobsSynced say the status bucket and JOBS were read
 	// whole once.
 	synced, jobsSynced bool
+	// own holds the JOBS sequences this gateway published (Queued) from
+	// next on, the first that FollowJobs has not read.
+	own  map[uint64]struct{}
+	next uint64
 	// records carries the id of each job whose first record the index
 	// read (see Records); missed says some did not fit.
 	records chan Ref
@@ -75,7 +79,7 @@ func New() *Index {
 	return &Index{
 		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{}, byItem: map[taskKey]map[string]struct{}{},
 		recent: list.New(), counts: map[proto.State]int{}, byProject: map[string]map[proto.State]int{},
-		records: make(chan Ref, recordsBuffer),
+		records: make(chan Ref, recordsBuffer), own: map[uint64]struct{}{},
 	}
 }
 
@@ -363,6 +367,13 @@ func (ix *Index) Recent(limit int) []Recent {
 		out = append(out, *el.Value.(*Recent))
 	}
 	return out
+}
+
+// RecordsRead reports whether the index has read the whole bucket once.
+func (ix *Index) RecordsRead() bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.synced
 }
 
 // Synced reports whether the index has read the whole bucket and the

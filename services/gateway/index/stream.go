@@ -28,11 +28,22 @@ import (
 // until the job's record replaces it, and goes when JOBS no longer holds
 // the job.
 
-// Queued adds job, which JOBS holds at sequence seq, as queued, unless the
-// index knows the job already: its record, when there is one, says more.
+// Queued adds job, which this gateway published and JOBS holds at
+// sequence seq, as queued (see queued). FollowJobs does not read the
+// message again.
 func (ix *Index) Queued(job *proto.Job, seq uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if seq >= ix.next {
+		ix.own[seq] = struct{}{}
+	}
+	ix.queued(job, seq)
+}
+
+// queued adds job, which JOBS holds at sequence seq, as queued, unless the
+// index knows the job already: its record, when there is one, says more.
+// The caller holds mu.
+func (ix *Index) queued(job *proto.Job, seq uint64) {
 	if _, ok := ix.byID[job.ID]; ok {
 		return
 	}
@@ -136,7 +147,7 @@ func (ix *Index) followOnce(ctx context.Context, nc *nats.Conn, reconnected <-ch
 		case <-reconnected:
 			return nil
 		case <-follow.C:
-			if next, err = ix.readJobs(ctx, nc, next, nil); err != nil {
+			if next, err = ix.readJobs(ctx, nc, ix.skipOwn(next), nil); err != nil {
 				return err
 			}
 		case <-prune.C:
@@ -159,10 +170,36 @@ func (ix *Index) prune(ctx context.Context, nc *nats.Conn) error {
 	return nil
 }
 
+// skipOwn returns the first sequence from next on that this gateway did
+// not publish itself (Queued): with one gateway, FollowJobs reads nothing.
+func (ix *Index) skipOwn(next uint64) uint64 {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for {
+		if _, ok := ix.own[next]; !ok {
+			break
+		}
+		delete(ix.own, next)
+		next++
+	}
+	ix.next = next
+	return next
+}
+
 // readJobs reads JOBS from sequence from to its end, adding each job to
-// the index (Queued) and its sequence to seqs (when not nil), and returns
+// the index (queued) and its sequence to seqs (when not nil), and returns
 // the sequence after the last message read.
 func (ix *Index) readJobs(ctx context.Context, nc *nats.Conn, from uint64, seqs map[uint64]struct{}) (uint64, error) {
+	defer func() {
+		ix.mu.Lock()
+		for seq := range ix.own { // read past them
+			if seq < from {
+				delete(ix.own, seq)
+			}
+		}
+		ix.next = from
+		ix.mu.Unlock()
+	}()
 	for {
 		msgs, more, err := directGet(ctx, nc, from, jobsBatch)
 		if err != nil || len(msgs) == 0 {
@@ -176,7 +213,9 @@ func (ix *Index) readJobs(ctx context.Context, nc *nats.Conn, from uint64, seqs 
 			// decoded.
 			if m.id == "" || !ix.Has(m.id) {
 				if job, err := proto.DecodeJob(m.data); err == nil {
-					ix.Queued(job, m.seq)
+					ix.mu.Lock()
+					ix.queued(job, m.seq)
+					ix.mu.Unlock()
 				}
 			}
 			from = m.seq + 1

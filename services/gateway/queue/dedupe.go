@@ -92,8 +92,8 @@ type Recorded interface {
 	Missed() bool
 	// EachRecord calls f for every job with a record.
 	EachRecord(f func(index.Ref))
-	// Synced reports whether every record was read once.
-	Synced() bool
+	// RecordsRead reports whether every record was read once.
+	RecordsRead() bool
 }
 
 // keepRetry is how long Keep waits before it walks every record again
@@ -108,7 +108,7 @@ const keepRetry = 10 * time.Second
 func (d *Dedupe) Keep(ctx context.Context, recs Recorded, log *zap.Logger) {
 	walk := time.NewTicker(100 * time.Millisecond)
 	defer walk.Stop()
-	for ctx.Err() == nil && !(recs.Synced() && d.isSynced()) {
+	for ctx.Err() == nil && !(recs.RecordsRead() && d.isSynced()) {
 		select {
 		case <-ctx.Done():
 			return

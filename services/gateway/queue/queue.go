@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/gateway/index"
@@ -189,6 +190,7 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	q.synced(ctx)
 	if q.tasks.Has(job.ID) {
 		return Result{Duplicate: true}, nil
 	}
@@ -215,6 +217,25 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		q.superseding.write(job.ID, func() { q.supersede(c, job) })
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
+}
+
+// syncWait bounds how long Enqueue waits for the index to have read the
+// status bucket and JOBS (the first moments after a start).
+const syncWait = 2 * time.Second
+
+// synced waits until the index has read the status bucket and JOBS, at
+// most syncWait: before that, a job that waits in JOBS for longer than
+// JetStream's duplicate window would not be known, and its event, sent
+// again, would queue it twice. Past syncWait the publish goes ahead, with
+// the window alone to dedupe it.
+func (q *Queue) synced(ctx context.Context) {
+	if q.tasks.Synced() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncWait)
+	defer cancel()
+	for !q.tasks.Synced() && backoff.Sleep(ctx, 10*time.Millisecond) {
+	}
 }
 
 // current returns the record of job id and its revision, or, for a job

@@ -128,6 +128,8 @@ type conn struct {
 	js     jetstream.JetStream
 	status *status.Store
 	dedupe *Dedupe
+	// syncBy ends Enqueue's wait for the index (see synced).
+	syncBy time.Time
 }
 
 // New returns a Queue that spools to sp and finds open jobs in tasks.
@@ -141,7 +143,7 @@ func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, cfg Config, log *zap.
 // Connect makes JetStream available to the queue and wakes the spool.
 // dd is the dedupe memory, watched by its owner.
 func (q *Queue) Connect(nc *nats.Conn, js jetstream.JetStream, st *status.Store, dd *Dedupe) {
-	q.conn.Store(&conn{nc: nc, js: js, status: st, dedupe: dd})
+	q.conn.Store(&conn{nc: nc, js: js, status: st, dedupe: dd, syncBy: time.Now().Add(syncWait)})
 	q.spool.Kick()
 }
 
@@ -190,7 +192,7 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	q.synced(ctx)
+	q.synced(ctx, c)
 	if q.tasks.Has(job.ID) {
 		return Result{Duplicate: true}, nil
 	}
@@ -219,20 +221,21 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	return Result{Duplicate: ack.Duplicate}, nil
 }
 
-// syncWait bounds how long Enqueue waits for the index to have read the
-// status bucket and JOBS (the first moments after a start).
+// syncWait bounds how long after Connect Enqueue waits for the index to
+// have read the status bucket and JOBS.
 const syncWait = 2 * time.Second
 
-// synced waits until the index has read the status bucket and JOBS, at
-// most syncWait: before that, a job that waits in JOBS for longer than
-// JetStream's duplicate window would not be known, and its event, sent
-// again, would queue it twice. Past syncWait the publish goes ahead, with
-// the window alone to dedupe it.
-func (q *Queue) synced(ctx context.Context) {
+// synced waits until the index has read the status bucket and JOBS, but
+// not past syncWait after Connect: before that, a job that waits in JOBS
+// for longer than JetStream's duplicate window would not be known, and
+// its event, sent again, would queue it twice. Past it the publish goes
+// ahead with the window alone to dedupe it (the index cannot read JOBS:
+// its warnings say why).
+func (q *Queue) synced(ctx context.Context, c *conn) {
 	if q.tasks.Synced() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, syncWait)
+	ctx, cancel := context.WithDeadline(ctx, c.syncBy)
 	defer cancel()
 	for !q.tasks.Synced() && backoff.Sleep(ctx, 10*time.Millisecond) {
 	}

@@ -54,6 +54,19 @@ func (b *bench) intake(ctx context.Context, base string) (stats.Sample, float64,
 	})
 }
 
+// intakeNew is intake with a new pull request in each webhook: no job
+// supersedes another, so each webhook costs orch its publish alone.
+func (b *bench) intakeNew(ctx context.Context, base string) (stats.Sample, float64, error) {
+	ds, ns, err := newTaskDeliveries("intake", b.o.intakeN)
+	if err != nil {
+		return nil, 0, err
+	}
+	return b.timedSends(ds, ns, func(d gitea.Delivery, n int) error {
+		_, err := b.sendTo(ctx, base, d, n)
+		return err
+	})
+}
+
 // timedIntake hands each intake delivery (and its pull request number) to
 // send, intakeC at once, and returns how long each send took and the
 // deliveries per second over the whole run.
@@ -62,9 +75,14 @@ func (b *bench) timedIntake(send func(d gitea.Delivery, n int) error) (stats.Sam
 	if err != nil {
 		return nil, 0, err
 	}
+	return b.timedSends(ds, ns, send)
+}
+
+// timedSends is timedIntake of the deliveries ds.
+func (b *bench) timedSends(ds []gitea.Delivery, ns []int, send func(d gitea.Delivery, n int) error) (stats.Sample, float64, error) {
 	lat := make(stats.Sample, len(ds))
 	start := time.Now()
-	err = pool(len(ds), b.o.intakeC, func(i int) error {
+	err := pool(len(ds), b.o.intakeC, func(i int) error {
 		t0 := time.Now()
 		err := send(ds[i], ns[i])
 		lat[i] = time.Since(t0)
@@ -82,13 +100,14 @@ func (b *bench) timedIntake(send func(d gitea.Delivery, n int) error) (stats.Sam
 // webhook over HTTP costs beside one publish, paid on the same cores as
 // the senders.
 //
-// With follow, each webhook is followed, after its answer, by the one
-// write that follows orch's when its job supersedes a waiting one (a
-// record created in a KV bucket, as queue.Queue.supersede creates the
-// older job's): every intake webhook is a review of one of 64 pull
-// requests, so each one supersedes the previous review of its pull
-// request. That is the floor of an intake that records a superseded job,
-// as orch's does.
+// With follow, each webhook is followed, after its answer, by the two
+// writes that follow orch's when its job supersedes a waiting one (a
+// record created in one KV bucket, as queue.Queue.supersede creates the
+// older job's, and a key put in another, as queue.Dedupe.Keep writes the
+// older job's once its record exists): every intake webhook is a review
+// of one of 64 pull requests, so each one supersedes the previous review
+// of its pull request. That is the floor of an intake that records a
+// superseded job and remembers its delivery, as orch's does.
 func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follow bool) (stats.Sample, float64, error) {
 	name := "BENCH_MINIMAL"
 	if follow {
@@ -99,13 +118,16 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follo
 		return nil, 0, err
 	}
 	var (
-		records  jetstream.KeyValue
-		writes   sync.WaitGroup
-		writeErr atomic.Pointer[error]
+		records, keys jetstream.KeyValue
+		writes        sync.WaitGroup
+		writeErr      atomic.Pointer[error]
 	)
 	if follow {
 		var err error
 		if records, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_RECORDS"}); err != nil {
+			return nil, 0, err
+		}
+		if keys, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_KEYS"}); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -150,7 +172,11 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follo
 		if follow {
 			writes.Go(func() {
 				key := strconv.Itoa(ev.PullRequest.Number) + "-" + strings.ReplaceAll(id, "-", "")
-				if _, err := records.Create(ctx, key, record); err != nil {
+				_, err := records.Create(ctx, key, record)
+				if err == nil {
+					_, err = keys.Create(ctx, key, []byte(ev.Repository.FullName))
+				}
+				if err != nil {
 					writeErr.CompareAndSwap(nil, &err)
 				}
 			})

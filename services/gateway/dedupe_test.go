@@ -28,7 +28,7 @@ func TestReplayIsDuplicateHoweverLate(t *testing.T) {
 	const window = time.Second
 	e, g := newGateway(t, func(e *env) {
 		e.tune = func(c *gateway.Config) {
-			c.StatusTTL, c.DuplicateWindow, c.DedupeTTL = 2*time.Second, window, time.Hour
+			c.StatusTTL, c.DuplicateWindow, c.DedupeTTL = 4*time.Second, window, time.Hour
 		}
 	})
 	body := prBody(t, 7, "opened")
@@ -119,10 +119,16 @@ func TestReplayIsDuplicateHoweverLate(t *testing.T) {
 }
 
 // Jobs carried out of the spool are known from JOBS, and get their dedupe
-// keys once runners record them, as any others.
+// keys once runners record them, as any others: a key is written once the
+// record's latest version is a quarter of the record's TTL old (4 s here),
+// and never for a job without a record.
 func TestSpooledJobsAreDedupeRecorded(t *testing.T) {
 	t.Parallel()
-	e, g, ids := spoolWhileDown(t, 4000, 3)
+	e, g := newGateway(t, func(e *env) {
+		e.tune = func(c *gateway.Config) { c.StatusTTL = 4 * time.Second }
+	})
+	e.srv.Shutdown()
+	ids := spoolWebhooks(t, g, 4000, 4)
 	restartAndWait(t, e, g, ids)
 	_, js, kv := natstest.Connect(t, e.srv)
 	ctx := context.Background()
@@ -130,7 +136,8 @@ func TestSpooledJobsAreDedupeRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
+	recorded, waiting := ids[:3], ids[3]
+	for _, id := range recorded {
 		code, a := g.job(t, id)
 		if code != http.StatusOK || a.Status.State != proto.StateQueued {
 			t.Fatalf("spooled job %s: %d %+v", id, code, a)
@@ -140,11 +147,14 @@ func TestSpooledJobsAreDedupeRecorded(t *testing.T) {
 		}
 	}
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		for _, id := range ids {
+		for _, id := range recorded {
 			if _, err := dd.Get(ctx, id); err != nil {
 				return fmt.Errorf("dedupe key of spooled job %s: %w", id, err)
 			}
 		}
 		return nil
 	})
+	if _, err := dd.Get(ctx, waiting); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("dedupe key of job %s, which has no record: %v", waiting, err)
+	}
 }

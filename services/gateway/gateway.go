@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}
 		dd := queue.NewDedupe(dkv, cfg.DedupeTTL)
 		wg.Go(func() { dd.Watch(bg, rc, log.Named("dedupe")) })
-		wg.Go(func() { dd.Keep(bg, ix, log.Named("dedupe")) })
+		wg.Go(func() { dd.Keep(bg, ix, cfg.StatusTTL, log.Named("dedupe")) })
 		wg.Go(func() { ix.FollowJobs(bg, nc, rc, log.Named("index")) })
 		q.Connect(nc, js, st, dd)
 		svc.Connect(nc, js, st)

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,10 +40,6 @@ type Index struct {
 	// next on, the first that FollowJobs has not read.
 	own  map[uint64]struct{}
 	next uint64
-	// records carries the id of each job whose first record the index
-	// read (see Records); missed says some did not fit.
-	records chan Ref
-	missed  atomic.Bool
 }
 
 // Recent is one line of GET /queue's recent list. Title is the task's
@@ -79,7 +74,7 @@ func New() *Index {
 	return &Index{
 		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{}, byItem: map[taskKey]map[string]struct{}{},
 		recent: list.New(), counts: map[proto.State]int{}, byProject: map[string]map[proto.State]int{},
-		records: make(chan Ref, recordsBuffer), own: map[uint64]struct{}{},
+		own: map[uint64]struct{}{},
 	}
 }
 
@@ -217,19 +212,8 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	first := true
-	if el, ok := ix.byID[r.ID]; ok {
-		first = el.Value.(*Recent).written.IsZero()
-		ix.removeLocked(r.ID)
-	}
+	ix.removeLocked(r.ID)
 	ix.add(r)
-	if first && !written.IsZero() {
-		select {
-		case ix.records <- Ref{ID: r.ID, Project: r.Project, Kind: r.Kind, Task: r.Task}:
-		default:
-			ix.missed.Store(true)
-		}
-	}
 }
 
 // add puts r, a job the index does not hold, at the front. The caller

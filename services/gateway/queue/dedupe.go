@@ -31,10 +31,9 @@ import (
 //
 // A job's key is written once its status record exists (Keep), never at
 // intake: the webhook's publish is its only durable write, and until the
-// record exists the job is known from JOBS (see Queue.Enqueue). A record
-// exists only for a job that was published, so a key is never written for
-// a publish that failed. A gateway that stops before it wrote a key writes
-// it when it starts again: the record lasts days longer than that.
+// record exists the job is known from JOBS (see Queue.Enqueue); then the
+// record dedupes it, for days. A record exists only for a job that was
+// published, so a key is never written for a publish that failed.
 type Dedupe struct {
 	kv  jetstream.KeyValue
 	ttl time.Duration
@@ -83,72 +82,64 @@ func (d *Dedupe) Published(ctx context.Context, id string) (bool, error) {
 	return err == nil, err
 }
 
-// Recorded is where Keep learns of the jobs that have a status record: the
+// Recorded is where Keep finds the jobs that have a status record: the
 // gateway's index.Index.
 type Recorded interface {
-	// Records carries each job whose record was read for the first time.
-	Records() <-chan index.Ref
-	// Missed reports whether Records dropped some since the last call.
-	Missed() bool
 	// EachRecord calls f for every job with a record.
 	EachRecord(f func(index.Ref))
 	// RecordsRead reports whether every record was read once.
 	RecordsRead() bool
 }
 
-// keepRetry is how long Keep waits before it walks every record again
-// after a key could not be written.
-const keepRetry = 10 * time.Second
+// keepTiming returns, for records kept statusTTL, how often Keep walks
+// them and how old a record's latest version must be before its key is
+// written: a minute and ten minutes for the default week, a tenth and a
+// quarter of a short TTL.
+func keepTiming(statusTTL time.Duration) (every, after time.Duration) {
+	ttl := cmp.Or(statusTTL, proto.StatusTTLDefault)
+	return min(time.Minute, ttl/10), min(10*time.Minute, ttl/4)
+}
 
-// Keep writes the key of every job that has a status record in recs and
-// no key yet, until ctx ends: all of them once recs and the copy have
-// read their buckets, then each job whose record recs reads for the first
-// time. A key that cannot be written (NATS away) is tried again on the
-// next walk of every record.
-func (d *Dedupe) Keep(ctx context.Context, recs Recorded, log *zap.Logger) {
-	walk := time.NewTicker(100 * time.Millisecond)
-	defer walk.Stop()
+// Keep writes the key of every job whose status record recs holds and
+// whose key the copy lacks, until ctx ends: once recs and the copy have
+// read their buckets, and again every minute (see keepTiming). A key is
+// written only once the record's latest version is ten minutes old, off
+// the moments the record is busy: the record dedupes the job meanwhile,
+// and the bucket keeps it for statusTTL, a week by default, after that
+// version. So a burst of webhooks or of jobs pays for no key, and a
+// gateway that was stopped writes the keys it missed when it starts
+// again. A key that cannot be written (NATS away) is tried again on the
+// next walk.
+func (d *Dedupe) Keep(ctx context.Context, recs Recorded, statusTTL time.Duration, log *zap.Logger) {
+	every, after := keepTiming(statusTTL)
+	tick := time.NewTicker(min(every, 100*time.Millisecond))
+	defer tick.Stop()
 	for ctx.Err() == nil && !(recs.RecordsRead() && d.isSynced()) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-walk.C:
+		case <-tick.C:
 		}
 	}
-	walk.Reset(keepRetry)
-	failed := !d.keepAll(ctx, recs, log)
+	tick.Reset(every)
 	for {
+		var failed int
+		recs.EachRecord(func(ref index.Ref) {
+			if ctx.Err() != nil || time.Since(ref.Written) < after {
+				return
+			}
+			if err := d.keep(ctx, ref); err != nil {
+				if failed++; failed == 1 {
+					log.Warn("writing dedupe keys, will retry", zap.String("job", ref.ID), zap.Error(err))
+				}
+			}
+		})
 		select {
 		case <-ctx.Done():
 			return
-		case ref := <-recs.Records():
-			if err := d.keep(ctx, ref); err != nil {
-				log.Warn("writing dedupe key, will retry", zap.String("job", ref.ID), zap.Error(err))
-				failed = true
-			}
-		case <-walk.C:
-		}
-		if recs.Missed() || failed {
-			failed = !d.keepAll(ctx, recs, log)
+		case <-tick.C:
 		}
 	}
-}
-
-// keepAll writes the missing keys of every record in recs, and reports
-// whether it wrote them all.
-func (d *Dedupe) keepAll(ctx context.Context, recs Recorded, log *zap.Logger) bool {
-	var errs int
-	recs.EachRecord(func(ref index.Ref) {
-		if ctx.Err() != nil {
-			return
-		}
-		if err := d.keep(ctx, ref); err != nil {
-			if errs++; errs == 1 {
-				log.Warn("writing dedupe keys, will retry", zap.String("job", ref.ID), zap.Error(err))
-			}
-		}
-	})
-	return errs == 0
 }
 
 // keep writes ref's key unless the copy has it. Another gateway may write

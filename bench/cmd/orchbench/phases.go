@@ -396,7 +396,7 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 		fmt.Sprintf("sync publish %.0f/s", rawRate), minRate/rawRate, true, 0)
 	t.ratio("  orch vs the minimal gateway, "+sync, fmt.Sprintf("%.0f/s", rate),
 		fmt.Sprintf("minimal %.0f/s", minRate), rate/minRate, true, 0)
-	t.ratio("  minimal gateway + a superseded job's record and key after the answer, "+sync, fmt.Sprintf("%.0f/s", followRate),
+	t.ratio("  minimal gateway + a superseded job's record after the answer, "+sync, fmt.Sprintf("%.0f/s", followRate),
 		fmt.Sprintf("sync publish %.0f/s", rawRate), followRate/rawRate, true, 0)
 	t.ratio("  orch vs the minimal gateway with those writes, "+sync, fmt.Sprintf("%.0f/s", rate),
 		fmt.Sprintf("minimal+writes %.0f/s", followRate), rate/followRate, true, 0)

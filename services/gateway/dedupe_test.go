@@ -125,7 +125,7 @@ func TestReplayIsDuplicateHoweverLate(t *testing.T) {
 func TestSpooledJobsAreDedupeRecorded(t *testing.T) {
 	t.Parallel()
 	e, g := newGateway(t, func(e *env) {
-		e.tune = func(c *gateway.Config) { c.StatusTTL = 4 * time.Second }
+		e.tune = func(c *gateway.Config) { c.StatusTTL, c.RecordAfter = 4*time.Second, time.Hour }
 	})
 	e.srv.Shutdown()
 	ids := spoolWebhooks(t, g, 4000, 4)

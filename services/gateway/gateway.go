@@ -113,6 +113,10 @@ type Config struct {
 	// Now, when set, is the clock of the dashboard's logins and of the
 	// throttle of failed attempts (tests move it).
 	Now func() time.Time `env:"-"`
+	// RecordAfter, when set, replaces queue.RecordAfter: how long a job
+	// waits in JOBS before the gateway creates its record (tests keep
+	// jobs without one).
+	RecordAfter time.Duration `env:"-"`
 }
 
 // Bounds of ORCH_MAX_TASK_BYTES: a job's own fields and the cut markers
@@ -200,7 +204,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	ix := index.New()
 	m := metrics.New(sp, ix.Counts)
-	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes),
+	q := queue.New(sp, ix, m, queue.Config{MaxTaskBytes: int(cfg.MaxTaskBytes), RecordAfter: cfg.RecordAfter,
 		SupersedeRunning: func(project string) bool {
 			p, ok := current.Load().ByKey(project)
 			return ok && p.Supersede == registry.SupersedeRunning
@@ -286,6 +290,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		wg.Go(func() { dd.Watch(bg, rc, log.Named("dedupe")) })
 		wg.Go(func() { dd.Keep(bg, ix, cfg.StatusTTL, log.Named("dedupe")) })
 		wg.Go(func() { ix.FollowJobs(bg, nc, rc, log.Named("index")) })
+		wg.Go(func() { q.RecordWaiting(bg, log.Named("queue")) })
 		q.Connect(nc, js, st, dd)
 		svc.Connect(nc, js, st)
 		// The dashboard's logins wait for their own bucket; the index

@@ -381,14 +381,18 @@ func TestIntakeBoundsAreValidated(t *testing.T) {
 }
 
 // A webhook's only durable write is its job's publish: the job waits in
-// JOBS with no status record, and the gateway knows it from there. A read
-// of the queue or of the job right after its 202 finds it; a gateway
-// stopped while it answers has every job it answered in JOBS; a gateway
-// started again lists them (it reads JOBS), cancels one by creating its
-// record, and shows the record a runner writes.
+// JOBS with no status record (here for as long as the test: the gateway
+// creates the record of a job no runner took within RecordAfter), and the
+// gateway knows it from there. A read of the queue or of the job right
+// after its 202 finds it; a gateway stopped while it answers has every job
+// it answered in JOBS; a gateway started again lists them (it reads JOBS),
+// cancels one by creating its record, and shows the record a runner
+// writes.
 func TestJobsWaitInJOBSWithoutARecord(t *testing.T) {
 	t.Parallel()
-	e, g := newGateway(t, nil)
+	e, g := newGateway(t, func(e *env) {
+		e.tune = func(c *gateway.Config) { c.RecordAfter = time.Hour }
+	})
 	_, js, kv := natstest.Connect(t, e.srv)
 	ctx := context.Background()
 	first, _ := g.postGitea(t, prBody(t, 99, "opened"))
@@ -484,4 +488,28 @@ func TestJobsWaitInJOBSWithoutARecord(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A job no runner takes within a second gets its status record, queued,
+// from the gateway: the notifier, which follows the records, shows it
+// waiting, and `nats kv get jobs` finds it.
+func TestWaitingJobGetsItsRecord(t *testing.T) {
+	t.Parallel()
+	e, g := newGateway(t, nil)
+	_, _, kv := natstest.Connect(t, e.srv)
+	a, _ := g.postGitea(t, prBody(t, 41, "opened"))
+	id := a.Jobs[0].ID
+	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		st, _, err := status.New(kv).Get(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if st.State != proto.StateQueued || st.Job.Task.PR != 41 {
+			return fmt.Errorf("record of job %s: %s, pull request %d", id, st.State, st.Job.Task.PR)
+		}
+		return nil
+	})
+	if code, got := g.job(t, id); code != http.StatusOK || got.Status.State != proto.StateQueued {
+		t.Errorf("GET /jobs/%s: %d %+v", id, code, got)
+	}
 }

@@ -63,8 +63,10 @@ type Recent struct {
 	// planeItem is the job's Plane work item id, if it has one.
 	planeItem string
 	// seq is the job's sequence in JOBS while the index knows the job
-	// from there alone (see Queued); 0 once its record was read.
-	seq uint64
+	// from there alone (see Queued), since when it knows it; seq is 0
+	// once its record was read.
+	seq   uint64
+	since time.Time
 }
 
 type taskKey struct{ project, task string }

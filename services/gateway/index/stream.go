@@ -50,7 +50,7 @@ func (ix *Index) queued(job *proto.Job, seq uint64) {
 	ix.add(&Recent{
 		ID: job.ID, Kind: job.Kind, Project: job.Project, Task: job.Task.ID, Title: job.Task.Title,
 		State: proto.StateQueued, UpdatedAt: job.CreatedAt, CreatedAt: job.CreatedAt,
-		planeItem: job.Task.PlaneItem, seq: seq,
+		planeItem: job.Task.PlaneItem, seq: seq, since: time.Now(),
 	})
 }
 
@@ -67,28 +67,29 @@ func (ix *Index) Waiting(id string) (uint64, bool) {
 	return 0, false
 }
 
-// keepWaiting removes the entries known from JOBS alone whose sequence is
-// below end and not in seqs: JOBS no longer holds their job, which left it
-// without a record (a purge, say).
-func (ix *Index) keepWaiting(seqs map[uint64]struct{}, end uint64) {
-	for id, seq := range ix.waiting() {
-		if _, ok := seqs[seq]; !ok && seq < end {
-			ix.forget(id)
-		}
-	}
-}
-
-// waiting returns the jobs known from JOBS alone, with their sequences.
-func (ix *Index) waiting() map[string]uint64 {
+// WaitingFor returns the jobs known from JOBS alone for at least d, with
+// their sequences: jobs no runner has taken since.
+func (ix *Index) WaitingFor(d time.Duration) map[string]uint64 {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := map[string]uint64{}
 	for id, el := range ix.byID {
-		if r := el.Value.(*Recent); r.seq != 0 {
+		if r := el.Value.(*Recent); r.seq != 0 && time.Since(r.since) >= d {
 			out[id] = r.seq
 		}
 	}
 	return out
+}
+
+// keepWaiting removes the entries known from JOBS alone whose sequence is
+// below end and not in seqs: JOBS no longer holds their job, which left it
+// without a record (a purge, say).
+func (ix *Index) keepWaiting(seqs map[uint64]struct{}, end uint64) {
+	for id, seq := range ix.WaitingFor(0) {
+		if _, ok := seqs[seq]; !ok && seq < end {
+			ix.forget(id)
+		}
+	}
 }
 
 // forget removes job id if the index knows it from JOBS alone.
@@ -160,7 +161,7 @@ func (ix *Index) followOnce(ctx context.Context, nc *nats.Conn, reconnected <-ch
 
 // prune forgets the jobs known from JOBS alone that JOBS no longer holds.
 func (ix *Index) prune(ctx context.Context, nc *nats.Conn) error {
-	for id, seq := range ix.waiting() {
+	for id, seq := range ix.WaitingFor(0) {
 		if _, ok, err := JobAt(ctx, nc, seq); err != nil {
 			return err
 		} else if !ok {

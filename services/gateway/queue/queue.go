@@ -97,6 +97,8 @@ type Tasks interface {
 	Queued(job *proto.Job, seq uint64)
 	// Waiting returns the JOBS sequence of a job that has no record.
 	Waiting(id string) (uint64, bool)
+	// WaitingFor returns the jobs that have had no record for d.
+	WaitingFor(d time.Duration) map[string]uint64
 }
 
 // Config is how the queue bounds and dedupes jobs.
@@ -104,6 +106,10 @@ type Config struct {
 	// MaxTaskBytes bounds a published job; its text is cut to fit (see
 	// Fit). Zero means MaxTaskBytesDefault.
 	MaxTaskBytes int
+	// RecordAfter is how long a job waits in JOBS without a status
+	// record before the gateway creates it (see RecordWaiting). Zero
+	// means RecordAfterDefault.
+	RecordAfter time.Duration
 	// SupersedeRunning says whether a newer job of a project's task and
 	// kind also stops a running older one (registry supersede: running);
 	// nil: never (supersede: queued, the default). See supersede.go.
@@ -136,6 +142,9 @@ type conn struct {
 func New(sp *spool.Spool, tasks Tasks, m *metrics.Metrics, cfg Config, log *zap.Logger) *Queue {
 	if cfg.MaxTaskBytes <= 0 {
 		cfg.MaxTaskBytes = MaxTaskBytesDefault
+	}
+	if cfg.RecordAfter <= 0 {
+		cfg.RecordAfter = RecordAfterDefault
 	}
 	return &Queue{log: log, spool: sp, tasks: tasks, metrics: m, cfg: cfg}
 }

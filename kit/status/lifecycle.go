@@ -10,10 +10,11 @@ import (
 // The job lifecycle. Every change of a status record is one of the named
 // transitions below, applied by Store.Apply; nothing else writes the
 // bucket. "absent" is a job with no record yet: a job the gateway queued
-// waits in JOBS without one, and the first transition applied to it
-// creates it. Who applies each transition is in brackets.
+// waits in JOBS without one until a runner takes it (or a second has
+// passed), and the first transition applied to it creates it. Who
+// applies each transition is in brackets.
 //
-//	absent ──Queue [runner's pipeline]──► queued
+//	absent ──Queue [gateway, after a second; runner's pipeline]──► queued
 //
 //	absent, queued, held, retrying, running ──StartAttempt [runner]──► running
 //	running ──Progress [runner]──► running (same attempt)
@@ -59,7 +60,7 @@ import (
 //   - Cancelled wins: nothing but Stopped writes a cancelled record, so a
 //     cancel that lands while a runner settles is never overwritten.
 //   - Queue creates only: a job that already has a record keeps it
-//     (ErrExists), so the pipeline's next job is queued once.
+//     (ErrExists): whatever a runner wrote stands.
 //   - Alert once: MarkAlerted is refused with ErrAlerted when the record
 //     says a person was told already.
 

@@ -55,7 +55,9 @@ func (b *bench) intake(ctx context.Context, base string) (stats.Sample, float64,
 }
 
 // intakeNew is intake with a new pull request in each webhook: no job
-// supersedes another, so each webhook costs orch its publish alone.
+// supersedes another, so a webhook costs orch its publish, and, since no
+// runner takes the jobs here, the job's queued record a second later
+// (queue.Queue.RecordWaiting).
 func (b *bench) intakeNew(ctx context.Context, base string) (stats.Sample, float64, error) {
 	ds, ns, err := newTaskDeliveries("intake", b.o.intakeN)
 	if err != nil {

@@ -17,10 +17,11 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// A job waiting in JOBS has no status record: the gateway's intake costs
-// one durable write, the publish, and the runner that takes the job
-// creates its record (status.StartAttempt from absent). The index knows
-// such a job from JOBS itself: from the publish's ack on this gateway
+// A job waiting in JOBS may have no status record: the gateway's intake
+// costs one durable write, the publish, and the runner that takes the job
+// creates its record (status.StartAttempt from absent), or the gateway
+// does once the job has waited a second (queue.Queue.RecordWaiting).
+// Until then the index knows the job from JOBS itself: from the publish's ack on this gateway
 // (Queued, before the webhook is answered) and from reading JOBS without a
 // consumer (FollowJobs; a WorkQueue stream takes no second consumer that
 // overlaps the runner's), which finds the jobs other gateways queued and

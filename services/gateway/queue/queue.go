@@ -3,9 +3,10 @@
 // keeps the decision in the spool and carries it out when it is back.
 //
 // A job counts as queued only once JetStream has acked it, and the publish
-// is the one durable write of a webhook: the job's status record is
-// created by the runner that takes it (or by a cancel or a supersede that
-// comes first), and the gateway's index knows the job from JOBS until
+// is the one durable write on a webhook's path: the job's status record
+// is created by the runner that takes it, by a cancel or a supersede that
+// comes first, or by the gateway once the job has waited a second
+// (RecordWaiting), and the gateway's index knows the job from JOBS until
 // then (index.Index.Queued, FollowJobs). Each job is published at most
 // once per dedupe key: JetStream's duplicate window catches quick
 // repeats, the index (the job in JOBS, or its record) and the dedupe
@@ -194,8 +195,9 @@ type Result struct {
 //
 // Before the publish the job is validated and cut to fit MaxTaskBytes.
 // The publish is the only write on the caller's path, and the only
-// durable write at all unless the job supersedes older ones, which is
-// done right after, off the caller's path (see supersede).
+// durable write at all for a job a runner takes within a second (see
+// RecordWaiting) that supersedes nothing (see supersede, done right
+// after, off the caller's path).
 func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	c, err := q.ready()
 	if err != nil {

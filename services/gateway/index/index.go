@@ -36,6 +36,8 @@ type Index struct {
 	// synced and jobsSynced say the status bucket and JOBS were read
 	// whole once.
 	synced, jobsSynced bool
+	// waiting holds the jobs known from JOBS alone (see Queued).
+	waiting map[string]*Recent
 	// own holds the JOBS sequences this gateway published (Queued) from
 	// next on, the first that FollowJobs has not read.
 	own  map[uint64]struct{}
@@ -76,7 +78,7 @@ func New() *Index {
 	return &Index{
 		byID: map[string]*list.Element{}, byTask: map[taskKey]map[string]struct{}{}, byItem: map[taskKey]map[string]struct{}{},
 		recent: list.New(), counts: map[proto.State]int{}, byProject: map[string]map[proto.State]int{},
-		own: map[uint64]struct{}{},
+		waiting: map[string]*Recent{}, own: map[uint64]struct{}{},
 	}
 }
 
@@ -223,6 +225,9 @@ func (ix *Index) put(st *proto.Status, written time.Time) {
 func (ix *Index) add(r *Recent) {
 	ix.count(r, 1)
 	ix.byID[r.ID] = ix.recent.PushFront(r)
+	if r.seq != 0 {
+		ix.waiting[r.ID] = r
+	}
 	k := taskKey{r.Project, r.Task}
 	if ix.byTask[k] == nil {
 		ix.byTask[k] = map[string]struct{}{}
@@ -267,6 +272,7 @@ func (ix *Index) removeLocked(id string) {
 		ix.count(r, -1)
 		ix.recent.Remove(el)
 		delete(ix.byID, id)
+		delete(ix.waiting, id)
 		k := taskKey{r.Project, r.Task}
 		delete(ix.byTask[k], id)
 		if len(ix.byTask[k]) == 0 {

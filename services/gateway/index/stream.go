@@ -21,13 +21,13 @@ import (
 // costs one durable write, the publish, and the runner that takes the job
 // creates its record (status.StartAttempt from absent), or the gateway
 // does once the job has waited a second (queue.Queue.RecordWaiting).
-// Until then the index knows the job from JOBS itself: from the publish's ack on this gateway
-// (Queued, before the webhook is answered) and from reading JOBS without a
-// consumer (FollowJobs; a WorkQueue stream takes no second consumer that
-// overlaps the runner's), which finds the jobs other gateways queued and
-// the ones queued before this gateway started. Such an entry says queued
-// until the job's record replaces it, and goes when JOBS no longer holds
-// the job.
+// Until then the index knows the job from JOBS itself: from the publish's
+// ack on this gateway (Queued, before the webhook is answered) and from
+// reading JOBS without a consumer (FollowJobs; a WorkQueue stream takes no
+// second consumer that overlaps the runner's), which finds the jobs other
+// gateways queued and the ones queued before this gateway started. Such an
+// entry says queued until the job's record replaces it, and goes when
+// JOBS no longer holds the job.
 
 // Queued adds job, which this gateway published and JOBS holds at
 // sequence seq, as queued (see queued). FollowJobs does not read the
@@ -60,10 +60,8 @@ func (ix *Index) queued(job *proto.Job, seq uint64) {
 func (ix *Index) Waiting(id string) (uint64, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	if el, ok := ix.byID[id]; ok {
-		if r := el.Value.(*Recent); r.seq != 0 {
-			return r.seq, true
-		}
+	if r, ok := ix.waiting[id]; ok {
+		return r.seq, true
 	}
 	return 0, false
 }
@@ -74,8 +72,8 @@ func (ix *Index) WaitingFor(d time.Duration) map[string]uint64 {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	out := map[string]uint64{}
-	for id, el := range ix.byID {
-		if r := el.Value.(*Recent); r.seq != 0 && time.Since(r.since) >= d {
+	for id, r := range ix.waiting {
+		if time.Since(r.since) >= d {
 			out[id] = r.seq
 		}
 	}
@@ -97,7 +95,7 @@ func (ix *Index) keepWaiting(seqs map[uint64]struct{}, end uint64) {
 func (ix *Index) forget(id string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if el, ok := ix.byID[id]; ok && el.Value.(*Recent).seq != 0 {
+	if _, ok := ix.waiting[id]; ok {
 		ix.removeLocked(id)
 	}
 }

@@ -276,12 +276,7 @@ func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status,
 // with none yet, the job as queued. It returns status.ErrNotFound for a
 // job the gateway does not know.
 func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
-	c, err := q.ready()
-	if err != nil {
-		return nil, err
-	}
-	q.Settle(ctx, id)
-	st, rev, err := q.current(ctx, c, id)
+	_, st, rev, err := q.settled(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +284,18 @@ func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
 		st.Schema, st.State, st.UpdatedAt = proto.SchemaVersion, proto.StateQueued, st.Job.CreatedAt
 	}
 	return st, nil
+}
+
+// settled is current of job id once the supersede that follows its
+// publish by this gateway is done (Settle).
+func (q *Queue) settled(ctx context.Context, id string) (*conn, *proto.Status, uint64, error) {
+	c, err := q.ready()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	q.Settle(ctx, id)
+	st, rev, err := q.current(ctx, c, id)
+	return c, st, rev, err
 }
 
 // Settle waits until the supersede that follows the publish of job id by
@@ -329,12 +336,7 @@ func (q *Queue) prepare(job *proto.Job) error {
 // the record of a job that waits in JOBS without one. It returns
 // status.ErrNotFound or status.ErrTerminal where they apply.
 func (q *Queue) Cancel(ctx context.Context, id string) (*proto.Status, error) {
-	c, err := q.ready()
-	if err != nil {
-		return nil, err
-	}
-	q.Settle(ctx, id)
-	st, rev, err := q.current(ctx, c, id)
+	c, st, rev, err := q.settled(ctx, id)
 	if err != nil {
 		return nil, err
 	}

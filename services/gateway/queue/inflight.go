@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// inflight tracks the writes that follow a job's publish (see record):
+// inflight tracks the writes that follow a job's publish (see supersede):
 // their owner waits for all of them, a reader of one job for its own.
 type inflight struct {
 	wg sync.WaitGroup

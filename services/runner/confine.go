@@ -102,6 +102,19 @@ func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confin
 	return c, nil
 }
 
+// forwards reports whether agents' supervisors forward to the egress
+// proxy from network namespaces of their own (agent.Forwarding): under
+// the allowlist, where a sandbox has no network but that.
+func (c confinement) forwards() bool { return c.bwrap != "" && c.network == sandbox.NetAllowlist }
+
+// forwarding is how the runner's supervisors are to be started.
+func (c confinement) forwarding() *agent.Forwarding {
+	if !c.forwards() {
+		return nil
+	}
+	return &agent.Forwarding{Wrap: sandbox.NetnsCommand(c.bwrap), Port: sandbox.ForwardPort}
+}
+
 // detail is what /readyz says of the confinement: the sandbox, and, when
 // agents run unconfined, a warning saying so and why.
 func (c confinement) detail() map[string]any {
@@ -206,6 +219,11 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 			}
 		}
 		sj.Socket = sock
+		if c.forwards() {
+			// The supervisor forwards, from its own network
+			// namespace, which the sandbox shares (agent.Forwarding).
+			sj.Forwarded, spec.Forward = true, sock
+		}
 		agentEnv := proxy.AgentEnv(base)
 		if c.network == sandbox.NetOpen {
 			agentEnv = slices.DeleteFunc(agentEnv, func(kv string) bool {

@@ -224,8 +224,10 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	// job's dispatch, and those whose agent ended run the next
 	// (agent/warm.go): two are started ahead, as many as two jobs
 	// arriving at once use (a third starts its own), and up to
-	// MaxConcurrency wait, each an idle process of a few MiB.
-	r.agents = agent.NewPool(min(cfg.MaxConcurrency, 2), cfg.MaxConcurrency)
+	// MaxConcurrency wait, each an idle process of a few MiB. Under the
+	// allowlist each is started in a network namespace of its own, where
+	// it forwards to its agent's egress proxy (agent/forward.go).
+	r.agents = agent.NewPool(min(cfg.MaxConcurrency, 2), cfg.MaxConcurrency, r.conf.forwarding())
 	defer r.agents.Close()
 	return r.consume(ctx, cons)
 }

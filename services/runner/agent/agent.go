@@ -47,6 +47,10 @@ type Spec struct {
 	// Notes, when set, carry the runner's own lines into LogPath while
 	// the agent runs.
 	Notes *Notes
+	// Forward is the unix socket that 127.0.0.1:<Forwarding.Port> leads
+	// to in the supervisor's network namespace while the agent runs:
+	// its job's egress proxy. It needs a Pool made with a Forwarding.
+	Forward string
 }
 
 // Result is how a run ended.
@@ -126,7 +130,7 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		// The runner's own, as a process it started would have.
 		dir, _ = os.Getwd()
 	}
-	sup, err := p.start(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace}, stdin, out)
+	sup, err := p.start(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace, Forward: s.Forward}, stdin, out)
 	if err != nil {
 		if s.Drained != nil {
 			_ = unix.Close(outR)
@@ -209,13 +213,14 @@ func (e *ExitError) Error() string {
 // agent's group, then SIGKILL after grace. Should the supervisor not be
 // done well after that, it is killed, and the agent with it (Pdeathsig).
 func stop(s *supervisor, done <-chan ended, grace time.Duration) ended {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	s.signal(syscall.SIGTERM)
 	t := time.NewTimer(grace + 5*time.Second)
 	defer t.Stop()
 	select {
 	case e := <-done:
 		return e
 	case <-t.C:
+		s.signal(syscall.SIGKILL)
 		_ = s.cmd.Process.Kill()
 		return <-done
 	}

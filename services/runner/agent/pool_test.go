@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
 // poolOwnerEnv makes the test binary a process that keeps a pool of
@@ -23,15 +24,22 @@ import (
 const poolOwnerEnv = "ORCH_TEST_POOL_OWNER"
 
 // poolOwner keeps a pool of two waiting supervisors, says so on stdout
-// and waits for its end.
+// and waits for its end. With poolOwnerEnv "forward", its supervisors
+// are in network namespaces of their own.
 func poolOwner() {
-	p := agent.NewPool(2, 2)
+	var fwd *agent.Forwarding
+	if os.Getenv(poolOwnerEnv) == "forward" {
+		bwrap, _ := exec.LookPath("bwrap")
+		fwd = &agent.Forwarding{Wrap: sandbox.NetnsCommand(bwrap), Port: 3128}
+	}
+	p := agent.NewPool(2, 2, fwd)
 	defer p.Close()
 	fmt.Println("ready")
 	select {}
 }
 
-// supervisorsOf lists the supervisors whose parent is ppid.
+// supervisorsOf lists the supervisors whose parent is ppid, or, started
+// in a network namespace of their own, whose wrapper's parent is.
 func supervisorsOf(ppid int) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
@@ -41,23 +49,43 @@ func supervisorsOf(ppid int) []int {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		i := strings.LastIndexByte(string(stat), ')')
-		if !strings.HasPrefix(string(cmdline), "orch-agent-supervisor\x00") || i < 0 {
+		parent := parentOf(pid)
+		switch {
+		case strings.HasPrefix(string(cmdline), "orch-agent-supervisor\x00") && parent == ppid:
+		case strings.HasPrefix(string(cmdline), "/proc/self/fd/4\x00") && parentOf(parent) == ppid:
+		default:
 			continue
 		}
-		if f := strings.Fields(string(stat)[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(ppid) && agent.Alive(pid) {
+		if agent.Alive(pid) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
 }
 
+// parentOf is pid's parent, or -1.
+func parentOf(pid int) int {
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(stat)[i+1:])
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return -1
+	}
+	return ppid
+}
+
 // Agents run through supervisors started ahead, one after another and
 // several at once, each with its own directory, environment, input and
 // output; Close leaves no supervisor behind.
 func TestPoolRunsAgents(t *testing.T) {
-	p := agent.NewPool(2, 2)
+	p := agent.NewPool(2, 2, nil)
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if n := len(supervisorsOf(os.Getpid())); n != 2 {
 			return fmt.Errorf("%d supervisors waiting, want 2", n)
@@ -97,10 +125,18 @@ func TestPoolRunsAgents(t *testing.T) {
 }
 
 // A supervisor still waiting for its agent ends with its runner, even a
-// SIGKILLed one.
+// SIGKILLed one; started in a network namespace of its own too.
 func TestPoolEndsWithItsOwner(t *testing.T) {
+	t.Run("own", func(t *testing.T) { testPoolEndsWithItsOwner(t, "own") })
+	t.Run("forward", func(t *testing.T) {
+		requireBwrap(t)
+		testPoolEndsWithItsOwner(t, "forward")
+	})
+}
+
+func testPoolEndsWithItsOwner(t *testing.T, mode string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), poolOwnerEnv+"=1")
+	cmd.Env = append(os.Environ(), poolOwnerEnv+"="+mode)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +163,7 @@ func TestPoolEndsWithItsOwner(t *testing.T) {
 // A supervisor killed while it waited (the OOM killer, a person) costs
 // its job nothing: the job starts a supervisor of its own.
 func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
-	p := agent.NewPool(1, 1)
+	p := agent.NewPool(1, 1, nil)
 	defer p.Close()
 	var waiting []int
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
@@ -153,7 +189,7 @@ func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
 // runner stopped is not taken back: it ends, and the next agent gets
 // another.
 func TestPoolSupervisorRunsTheNextAgent(t *testing.T) {
-	p := agent.NewPool(1, 1)
+	p := agent.NewPool(1, 1, nil)
 	defer p.Close()
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if n := len(supervisorsOf(os.Getpid())); n != 1 {
@@ -215,7 +251,7 @@ func TestPoolSupervisorRunsTheNextAgent(t *testing.T) {
 // A run that ends after its pool was closed ends its supervisor: none is
 // kept where no one would end it.
 func TestPoolClosedWhileRunning(t *testing.T) {
-	p := agent.NewPool(1, 1)
+	p := agent.NewPool(1, 1, nil)
 	dir := t.TempDir()
 	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
 	s := spec(t, script(t, dir, fmt.Sprintf("echo $PPID > %s\nwhile [ ! -e %s ]; do sleep 0.01; done\n", started, release)))

@@ -34,7 +34,7 @@ func BenchmarkStart(b *testing.B) {
 		}
 	})
 	b.Run("warm", func(b *testing.B) {
-		p := agent.NewPool(2, 2)
+		p := agent.NewPool(2, 2, nil)
 		defer p.Close()
 		for b.Loop() {
 			// The pool starts the next supervisor after each take: give

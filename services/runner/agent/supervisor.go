@@ -95,6 +95,10 @@ func init() {
 func supervise() int {
 	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's socket
 	ctl := os.NewFile(ctlFD, "orch-ctl")
+	if err := serveForward(); err != nil {
+		fmt.Fprintf(os.Stderr, "orch: %v\n", err)
+		return 126
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
 	}
@@ -180,12 +184,14 @@ func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan stru
 		fmt.Fprintf(os.Stderr, "orch: bad supervisor order %+v: %v\n", o, err)
 		return 0, 0, 126, false
 	}
-	// Taken: the runner waits for this byte before it counts on this
+	// Taken: the runner waits for this answer before it counts on this
 	// supervisor (see supervisor.send).
-	if _, err := ctl.Write([]byte{orderTaken}); err != nil {
+	if _, err := ctl.Write(binary.BigEndian.AppendUint32([]byte{orderTaken}, uint32(os.Getpid()))); err != nil {
 		return 0, 0, 0, false // the runner is gone
 	}
 	defer forget()
+	forwardTo.Store(&o.Forward)
+	defer forwardTo.Store(nil)
 
 	// The agent's directory and environment become the supervisor's
 	// too, so that its program is looked up as the agent's own shell

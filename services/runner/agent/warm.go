@@ -45,6 +45,9 @@ type order struct {
 	Dir   string        `json:"dir"`
 	Env   []string      `json:"env"`
 	Grace time.Duration `json:"grace"`
+	// Forward is the unix socket that the supervisor's forwarder leads
+	// to while this agent runs (Forwarding); "" for none.
+	Forward string `json:"forward,omitempty"`
 }
 
 // maxOrder bounds an order's size: an argv and environment the kernel
@@ -59,17 +62,24 @@ type supervisor struct {
 	// reaped is closed once cmd.Wait has returned: the thread that
 	// started the process may go.
 	reaped chan struct{}
+	// wrapped says cmd's process is the wrapper that started the
+	// supervisor in a namespace of its own (Forwarding), and pidfd is
+	// then the supervisor's own process, once its first answer named it
+	// (else -1).
+	wrapped bool
+	pidfd   int
 }
 
-// startSupervisor starts a supervisor that waits for its order.
-func startSupervisor() (*supervisor, error) {
+// startSupervisor starts a supervisor that waits for its order, in a
+// network namespace of its own where fwd says so.
+func startSupervisor(fwd *Forwarding) (*supervisor, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("creating control socket: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "orch-ctl"), os.NewFile(uintptr(fds[1]), "orch-ctl")
 	defer theirs.Close()
-	s := &supervisor{ctl: ours, reaped: make(chan struct{})}
+	s := &supervisor{ctl: ours, reaped: make(chan struct{}), pidfd: -1}
 	s.cmd = &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{supervisorName},
@@ -85,6 +95,13 @@ func startSupervisor() (*supervisor, error) {
 			// A second signal of the runner's death, besides the socket.
 			Pdeathsig: syscall.SIGTERM,
 		},
+	}
+	if fwd != nil {
+		if err := fwd.wrap(s.cmd); err != nil {
+			_ = ours.Close()
+			return nil, err
+		}
+		s.wrapped = true
 	}
 	started := make(chan error, 1)
 	go func() {
@@ -106,8 +123,12 @@ func startSupervisor() (*supervisor, error) {
 	return s, nil
 }
 
-// orderTaken is the byte a supervisor answers its order with.
-const orderTaken = 1
+// A supervisor answers its order with orderTaken and its own process id
+// (4 bytes, big-endian): takenLen bytes.
+const (
+	orderTaken = 1
+	takenLen   = 5
+)
 
 // takenTimeout bounds the wait for a supervisor's answer to its order: a
 // live one answers at once.
@@ -151,11 +172,31 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 	if n == 0 {
 		return errNotTaken // no answer in time
 	}
-	var b [1]byte
-	if n, _ := unix.Read(int(s.ctl.Fd()), b[:]); n != 1 || b[0] != orderTaken {
+	var b [takenLen]byte
+	if n, _ := io.ReadFull(s.ctl, b[:]); n != takenLen || b[0] != orderTaken {
 		return errNotTaken
 	}
+	if s.wrapped && s.pidfd < 0 {
+		// Wrapped (Forwarding): signals are for the supervisor, not
+		// for its wrapper. A pidfd, opened while the supervisor is
+		// known alive (it just answered), names it even once its id
+		// is free again.
+		fd, err := unix.PidfdOpen(int(binary.BigEndian.Uint32(b[1:])), 0)
+		if err != nil {
+			return fmt.Errorf("the agent supervisor's process: %w", err)
+		}
+		s.pidfd = fd
+	}
 	return nil
+}
+
+// signal sends sig to the supervisor itself.
+func (s *supervisor) signal(sig syscall.Signal) {
+	if s.pidfd >= 0 {
+		_ = unix.PidfdSendSignal(s.pidfd, sig, nil, 0)
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
 }
 
 // reap waits for the supervisor to exit, once.
@@ -173,11 +214,15 @@ func (s *supervisor) reap() {
 func (s *supervisor) discard() {
 	_ = s.ctl.Close()
 	s.reap()
+	if s.pidfd >= 0 {
+		_ = unix.Close(s.pidfd)
+	}
 }
 
 // kill ends a supervisor that did not take its order: dead already, or
 // stuck where it should have answered at once.
 func (s *supervisor) kill() {
+	s.signal(syscall.SIGKILL)
 	_ = s.cmd.Process.Kill()
 	s.discard()
 }
@@ -287,6 +332,9 @@ func readMore(r io.Reader, msg []byte, want int) ([]byte, error) {
 // once the run is over, not when it was taken, so that it does not
 // compete for a core with the agent starting beside it.
 type Pool struct {
+	// fwd starts the pool's supervisors in network namespaces of their
+	// own; nil, in the runner's.
+	fwd   *Forwarding
 	ready chan *supervisor
 	// room holds a token for each supervisor the pool is to start.
 	room   chan struct{}
@@ -299,11 +347,12 @@ type Pool struct {
 }
 
 // NewPool keeps ahead supervisors started ahead, and up to keep (at least
-// ahead) waiting in all, counting those taken back, until Close.
-func NewPool(ahead, keep int) *Pool {
+// ahead) waiting in all, counting those taken back, until Close. With
+// fwd, each is started in a network namespace of its own (Forwarding).
+func NewPool(ahead, keep int, fwd *Forwarding) *Pool {
 	ahead = max(ahead, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Pool{ready: make(chan *supervisor, max(keep, ahead)), room: make(chan struct{}, ahead), cancel: cancel, done: make(chan struct{})}
+	p := &Pool{fwd: fwd, ready: make(chan *supervisor, max(keep, ahead)), room: make(chan struct{}, ahead), cancel: cancel, done: make(chan struct{})}
 	for range ahead {
 		p.room <- struct{}{}
 	}
@@ -323,7 +372,7 @@ func (p *Pool) fill(ctx context.Context) {
 			return
 		}
 		for {
-			s, err := startSupervisor()
+			s, err := startSupervisor(p.fwd)
 			if err == nil {
 				p.keep(s)
 				break
@@ -376,7 +425,9 @@ func (p *Pool) Close() {
 // none is waiting or the one taken is gone (killed while it waited).
 // finish is to be called with it when the run ends.
 func (p *Pool) start(o order, stdin, out *os.File) (*supervisor, error) {
+	var fwd *Forwarding
 	if p != nil {
+		fwd = p.fwd
 		select {
 		case s := <-p.ready:
 			if err := s.send(o, stdin, out); err == nil {
@@ -386,7 +437,10 @@ func (p *Pool) start(o order, stdin, out *os.File) (*supervisor, error) {
 		default:
 		}
 	}
-	s, err := startSupervisor()
+	if o.Forward != "" && fwd == nil {
+		return nil, errors.New("an agent whose network is forwarded needs a pool that starts its supervisors in network namespaces of their own")
+	}
+	s, err := startSupervisor(fwd)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,12 @@ type Job struct {
 	// none, or open, where the agent reaches the proxy on the host's
 	// loopback itself).
 	Socket string
+	// Forwarded says bwrap is started from a network namespace of its
+	// own (NetnsCommand) where 127.0.0.1:ForwardPort already leads to
+	// the egress proxy: the sandbox shares that namespace instead of
+	// making one, and Socket is not bound in, nor init started to
+	// forward.
+	Forwarded bool
 	// Argv is the agent's command, as the runner would run it.
 	Argv []string
 	// Worktree is the task's worktree, the working directory.
@@ -63,7 +69,11 @@ func (j Job) Command() ([]string, error) {
 		return nil, fmt.Errorf("creating the task's home: %w", err)
 	}
 	args := []string{j.Bwrap}
-	args = append(args, namespaceArgs(j.Network)...)
+	if j.Forwarded {
+		args = append(args, namespaceArgs(NetOpen)...) // the starter's own network
+	} else {
+		args = append(args, namespaceArgs(j.Network)...)
+	}
 	args = append(args, systemArgs()...)
 	args = append(args, "--tmpfs", "/tmp", "--dir", "/run/orch")
 
@@ -98,7 +108,7 @@ func (j Job) Command() ([]string, error) {
 		return append(args, argv...)
 	}
 	spec := initSpec{Limits: j.Limits}
-	if j.Socket != "" {
+	if j.Socket != "" && !j.Forwarded {
 		spec.Port = ForwardPort
 		spec.Socket = SocketPath
 		args = append(args, "--ro-bind", j.Socket, SocketPath)

@@ -136,6 +136,19 @@ func Floor(bwrap, worktree string, rw []string, argv ...string) []string {
 	return append(args, argv...)
 }
 
+// NetnsCommand is the command that runs its last argument, a program to
+// append, in a network namespace of its own with the loopback up, and
+// nothing else changed: the same files (the host's root bound whole,
+// devices too), the same processes, descriptors and environment. A
+// user namespace comes with it, as bwrap needs one to make the network
+// namespace unprivileged, with the same user; the sandboxes started
+// from there nest in it. Package agent starts supervisors so under the
+// allowlist (agent.Forwarding), and jobs' sandboxes share their network
+// (Job.Forwarded).
+func NetnsCommand(bwrap string) []string {
+	return []string{bwrap, "--unshare-user", "--unshare-net", "--die-with-parent", "--dev-bind", "/", "/", "--"}
+}
+
 // namespaceArgs are the namespaces and process settings of every sandbox.
 func namespaceArgs(n Network) []string {
 	args := []string{

@@ -193,3 +193,36 @@ func TestSandboxInitOnlyWhenNeeded(t *testing.T) {
 		t.Errorf("limits: exit %d, %q (want 512 MiB and 1000 processes), init: %v", code, out, slices.Contains(argv, initEnv))
 	}
 }
+
+// TestForwardedSharesItsStartersNetwork: a Forwarded job's sandbox,
+// started from NetnsCommand's namespace as a forwarding supervisor
+// starts it, is in that namespace (which has only a loopback), with no
+// init and no socket bound in.
+func TestForwardedSharesItsStartersNetwork(t *testing.T) {
+	bwrap := requireBwrap(t)
+	root := t.TempDir()
+	wt := worktree(t, root)
+	sock := filepath.Join(root, "egress.sock")
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := Job{Bwrap: bwrap, Init: "/nonexistent", Network: NetAllowlist, Socket: sock, Forwarded: true,
+		Argv: []string{"sh", "-c", "readlink /proc/self/ns/net; grep -c : /proc/net/dev"}, Worktree: wt,
+		Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
+	argv, err := j.Command()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(argv, "--unshare-net") || slices.Contains(argv, InitPath) || slices.Contains(argv, SocketPath) {
+		t.Fatalf("a forwarded job's sandbox makes its own network, or binds init or the socket: %v", argv)
+	}
+	outer := append(NetnsCommand(bwrap), "/bin/sh", "-c", `readlink /proc/self/ns/net; exec "$@"`, "sh")
+	cmd := exec.Command(outer[0], append(outer[1:], argv...)...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	lines := strings.Fields(string(out))
+	ours, _ := os.Readlink("/proc/self/ns/net")
+	if err != nil || len(lines) != 3 || lines[0] != lines[1] || lines[0] == ours || lines[2] != "1" {
+		t.Errorf("%v: %q; want the starter's namespace (not %s) twice, then 1 interface", err, out, ours)
+	}
+}

@@ -25,6 +25,14 @@ import (
 // reports the CPU time of the processes started (cpu-ms/op, user and
 // system, from getrusage of the reaped children), which a loaded shared
 // machine disturbs far less than the wall clock.
+//
+// The "pool:" cases run through a supervisor started ahead and kept
+// between runs, as the runner does (agent.Pool), under the allowlist:
+// with orch-sandbox-init forwarding inside each job's sandbox
+// ("pool:bwrap+forwarder+own-init"), and with the supervisor forwarding
+// from a network namespace of its own that the sandbox shares
+// ("pool:bwrap+forwarded", agent.Forwarding). Their supervisor is not
+// reaped between runs, so they report the wall clock only.
 func BenchmarkStart(b *testing.B) {
 	exe, _ := os.Executable()
 	bwrap, err := Probe(context.Background(), exe)
@@ -34,8 +42,18 @@ func BenchmarkStart(b *testing.B) {
 	root := b.TempDir()
 	wt := worktree(b, root)
 	own := testkit.Build(b, b.TempDir(), initPkg)
-	for _, mode := range []string{"none", "bwrap-floor", "bwrap", "bwrap+forwarder", "bwrap+forwarder+own-init"} {
+	for _, mode := range []string{"none", "bwrap-floor", "bwrap", "bwrap+forwarder", "bwrap+forwarder+own-init", "pool:bwrap+forwarder+own-init", "pool:bwrap+forwarded"} {
 		b.Run(mode, func(b *testing.B) {
+			var pool *agent.Pool
+			forwarded := mode == "pool:bwrap+forwarded"
+			if strings.HasPrefix(mode, "pool:") {
+				var fwd *agent.Forwarding
+				if forwarded {
+					fwd = &agent.Forwarding{Wrap: NetnsCommand(bwrap), Port: ForwardPort}
+				}
+				pool = agent.NewPool(1, 1, fwd)
+				defer pool.Close()
+			}
 			before := childCPU()
 			for b.Loop() {
 				argv := []string{"true"}
@@ -45,24 +63,30 @@ func BenchmarkStart(b *testing.B) {
 					argv = Floor(bwrap, wt, nil, argv...)
 				default:
 					j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: argv, Worktree: wt, Home: filepath.Join(root, "home"), PATH: "/usr/bin:/bin"}
-					if strings.HasPrefix(mode, "bwrap+forwarder") {
+					if strings.Contains(mode, "bwrap+forward") {
 						j.Network, j.Socket = NetAllowlist, filepath.Join(root, "sock")
 						_ = os.WriteFile(j.Socket, nil, 0o600)
 					}
-					if mode == "bwrap+forwarder+own-init" {
+					if strings.HasSuffix(mode, "+own-init") {
 						j.Init = own
 					}
+					j.Forwarded = forwarded
 					argv, err = j.Command()
 					if err != nil {
 						b.Fatal(err)
 					}
 				}
-				res := agent.Run(context.Background(), agent.Spec{Argv: argv, Dir: wt, Env: []string{"PATH=/usr/bin:/bin"}, LogPath: filepath.Join(root, "log")})
-				if res.Err != nil {
+				s := agent.Spec{Argv: argv, Dir: wt, Env: []string{"PATH=/usr/bin:/bin"}, LogPath: filepath.Join(root, "log")}
+				if forwarded {
+					s.Forward = filepath.Join(root, "sock")
+				}
+				if res := pool.Run(context.Background(), s); res.Err != nil {
 					b.Fatal(res.Err)
 				}
 			}
-			b.ReportMetric(float64(childCPU()-before)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			if pool == nil {
+				b.ReportMetric(float64(childCPU()-before)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+			}
 		})
 	}
 }

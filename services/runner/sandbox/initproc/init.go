@@ -23,13 +23,13 @@ func runInit(v string, argv []string) int {
 		return 126
 	}
 	if spec.Port != 0 {
-		ln, err := listen(spec.Port)
+		ln, err := Listen(spec.Port)
 		if err != nil {
 			say("sandbox forwarder on 127.0.0.1:", strconv.Itoa(spec.Port), ": ", err.Error())
 			return 126
 		}
 		// It serves until init exits, with the agent.
-		go forward(ln, spec.Socket)
+		go Forward(ln, func() string { return spec.Socket })
 	}
 	// The supervisor's SIGTERM reaches the agent's whole group, this
 	// process too: it is the agent that decides how to stop, and init
@@ -75,10 +75,10 @@ func runInit(v string, argv []string) int {
 	return ws.ExitStatus()
 }
 
-// listen is a TCP listener on 127.0.0.1:port, made with system calls:
+// Listen is a TCP listener on 127.0.0.1:port, made with system calls:
 // package net would order this package's initialisation after most of
 // the runner's dependencies (see the package's comment).
-func listen(port int) (int, error) {
+func Listen(port int) (int, error) {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -96,9 +96,10 @@ func listen(port int) (int, error) {
 	return fd, nil
 }
 
-// forward copies each connection accepted on ln to a new connection to
-// the unix socket, both ways, until either side closes.
-func forward(ln int, socket string) {
+// Forward copies each connection accepted on ln to a new connection to
+// the unix socket that socket names at the time, both ways, until either
+// side closes; a connection accepted while it names none is closed.
+func Forward(ln int, socket func() string) {
 	for {
 		c, _, err := syscall.Accept4(ln, syscall.SOCK_CLOEXEC)
 		if err == syscall.EINTR || err == syscall.ECONNABORTED {
@@ -107,7 +108,7 @@ func forward(ln int, socket string) {
 		if err != nil {
 			return
 		}
-		go relay(c, socket)
+		go relay(c, socket())
 	}
 }
 
@@ -117,6 +118,9 @@ func forward(ln int, socket string) {
 func relay(c int, socket string) {
 	cf := os.NewFile(uintptr(c), "tcp")
 	defer cf.Close()
+	if socket == "" {
+		return
+	}
 	u, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return

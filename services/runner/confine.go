@@ -47,6 +47,10 @@ type confinement struct {
 	init, exe string
 	network   sandbox.Network
 	limits    sandbox.Limits
+	// nested says a sandbox works within a network namespace made by
+	// bwrap (sandbox.ProbeNested): under the allowlist, supervisors
+	// forward from such namespaces (forwards).
+	nested bool
 	// why auto runs agents unconfined: bwrap's trial at start failed.
 	why string
 }
@@ -87,6 +91,13 @@ func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confin
 		return c, err
 	}
 	c.bwrap, c.why = bwrap, warn
+	if bwrap != "" && c.network == sandbox.NetAllowlist {
+		err := sandbox.ProbeNested(ctx, bwrap, init)
+		if c.nested = err == nil; !c.nested {
+			log.Warn("agents' supervisors cannot run in network namespaces of their own here: each confined job starts init in its sandbox to forward to the egress proxy, a program's start more per job",
+				zap.Error(err))
+		}
+	}
 	switch {
 	case bwrap != "":
 		log.Info("agents run confined by bubblewrap", zap.String("bwrap", bwrap), zap.String("network", string(c.network)), zap.String("init", init))
@@ -104,8 +115,12 @@ func chooseConfinement(ctx context.Context, cfg Config, log *zap.Logger) (confin
 
 // forwards reports whether agents' supervisors forward to the egress
 // proxy from network namespaces of their own (agent.Forwarding): under
-// the allowlist, where a sandbox has no network but that.
-func (c confinement) forwards() bool { return c.bwrap != "" && c.network == sandbox.NetAllowlist }
+// the allowlist, where a sandbox has no network but that, on a host
+// where a sandbox works in such a namespace; elsewhere init forwards,
+// inside each sandbox.
+func (c confinement) forwards() bool {
+	return c.bwrap != "" && c.network == sandbox.NetAllowlist && c.nested
+}
 
 // forwarding is how the runner's supervisors are to be started.
 func (c confinement) forwarding() *agent.Forwarding {

@@ -6,23 +6,32 @@
 // directory, the other projects' clones, the other tasks' worktrees and
 // homes, the host's /proc) is there.
 //
-// The process tree of a confined job, each started by the one before:
+// The process tree of a confined job under the allowlist network, as the
+// runner starts it, each started by the one before:
 //
-//	runner ─ supervisor (package agent) ─ bwrap ─ bwrap's pid 1 ─ init ─ agent
+//	runner ─ bwrap (NetnsCommand) ─ supervisor (package agent) ─ bwrap ─ bwrap's pid 1 ─ agent
 //
-// init is orch-sandbox-init, orch's small init program (or, where it is
-// not installed, the runner's own binary: FindInit), bound read-only
-// into the sandbox and started in a marked mode (package initproc): under the allowlist
-// network it listens on 127.0.0.1:ForwardPort and copies each connection
-// to the runner's egress proxy over a unix socket bound in, which is the
-// agent's only way out; it starts the agent, with its rlimits, as its
-// child and exits with its status. Where there is nothing to forward (the
-// network none or open) init is left out, a Go program's start less on
-// every job: bwrap's pid 1 starts the agent itself, or, with limits set,
-// the rlimits step, which execs it. When the supervisor kills bwrap,
-// bwrap's pid 1 dies (--die-with-parent) and the kernel kills everything
-// left in the pid namespace, so the supervisor's no-orphan guarantee
-// holds inside.
+// The first bwrap gives the supervisor, started ahead of any job, a
+// network namespace of its own with only a loopback, where the
+// supervisor listens on 127.0.0.1:ForwardPort and copies each connection
+// to its job's egress proxy over a unix socket, which is the agent's only
+// way out (agent.Forwarding); the job's sandbox shares that namespace
+// (Job.Forwarded). Under the network none or open the supervisor is the
+// runner's child, and the sandbox makes no network namespace (open) or
+// one of its own (none). bwrap's pid 1 starts the agent itself, or, with
+// limits set, the rlimits step, which execs it.
+//
+// A sandbox started from the host's own network namespace under the
+// allowlist (Job without Forwarded) needs a process inside to forward:
+// init, orch-sandbox-init (or, where it is not installed, the runner's
+// own binary: FindInit), bound read-only into the sandbox and started in
+// a marked mode (package initproc), which forwards, starts the agent,
+// with its rlimits, as its child and exits with its status. The runner
+// does not start sandboxes so any more (a Go program's start on every
+// job); init's probe still checks at start that the program runs in a
+// sandbox. When the supervisor kills bwrap, bwrap's pid 1 dies
+// (--die-with-parent) and the kernel kills everything left in the pid
+// namespace, so the supervisor's no-orphan guarantee holds inside.
 package sandbox
 
 import (
@@ -117,6 +126,28 @@ func Probe(ctx context.Context, init string) (string, error) {
 		return "", fmt.Errorf("bwrap ran, but the init program inside answered %q", strings.TrimSpace(string(out)))
 	}
 	return path, nil
+}
+
+// ProbeNested tries a job's sandbox started from NetnsCommand's network
+// namespace (Job.Forwarded), with init run inside in its probe mode as
+// Probe does: bwrap within bwrap's user namespace, which a host may
+// refuse (a low user.max_user_namespaces, a security module) where one
+// level works. The error says why, with bwrap's own words.
+func ProbeNested(ctx context.Context, bwrap, init string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	args := append(NetnsCommand(bwrap)[1:], bwrap)
+	args = append(args, namespaceArgs(NetOpen)...)
+	args = append(args, systemArgs()...)
+	args = append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
+	out, err := exec.CommandContext(ctx, bwrap, args...).CombinedOutput()
+	if answer := strings.TrimSpace(string(out)); err != nil || answer != probeAnswer {
+		if answer == "" && err != nil {
+			answer = err.Error()
+		}
+		return fmt.Errorf("a sandbox within a network namespace of bwrap's does not work on this host: %s", answer)
+	}
+	return nil
 }
 
 // Floor is the least bwrap command that confines argv as a job's sandbox

@@ -225,4 +225,15 @@ func TestForwardedSharesItsStartersNetwork(t *testing.T) {
 	if err != nil || len(lines) != 3 || lines[0] != lines[1] || lines[0] == ours || lines[2] != "1" {
 		t.Errorf("%v: %q; want the starter's namespace (not %s) twice, then 1 interface", err, out, ours)
 	}
+
+	// The runner's trial at start, which decides whether its
+	// supervisors forward: it works here, and says why it does not
+	// with an init that does not answer.
+	exe, _ := os.Executable()
+	if err := ProbeNested(context.Background(), bwrap, exe); err != nil {
+		t.Errorf("ProbeNested: %v", err)
+	}
+	if err := ProbeNested(context.Background(), bwrap, "/bin/true"); err == nil || !strings.Contains(err.Error(), "network namespace of bwrap's") {
+		t.Errorf("ProbeNested with an init that does not answer: %v", err)
+	}
 }

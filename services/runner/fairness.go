@@ -97,6 +97,13 @@ type queueView struct {
 	running map[string]int
 	// slots are the slot keys in use, fresh or stale, and their entries.
 	slots map[string]slotEntry
+	// freed are the revisions of the delete markers of released slot
+	// keys, and of the job's task lock's key when it was released: a
+	// key is taken again by an update at that revision, one round trip,
+	// where a create of a key with a marker costs three (nats.go's Create
+	// tries, reads the marker, then updates). Empty when the slots were
+	// read with the watch.
+	freed map[string]uint64
 }
 
 // slotEntry is a slot key as read: its revision, and whether its holder
@@ -208,7 +215,7 @@ func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.M
 	if r.fair.served == nil {
 		r.fair.served = map[string]time.Time{}
 	}
-	v, err := r.readQueue(ctx)
+	v, err := r.readQueue(ctx, lock.key)
 	if err != nil {
 		log.Debug("reading the queue", zap.Error(err))
 		return nil, false, nil
@@ -231,7 +238,7 @@ func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.M
 			lockErr error
 			taking  sync.WaitGroup
 		)
-		taking.Go(func() { lockErr = lock.take(ctx) })
+		taking.Go(func() { lockErr = lock.takeFreed(ctx, v.freed[lock.key]) })
 		slot, err := r.takeSlot(ctx, log, v, job.Project, limit, value)
 		taking.Wait()
 		if err != nil {
@@ -267,14 +274,16 @@ func (r *Runner) giveBack(ctx context.Context, log *zap.Logger, l *taskLock) {
 
 // readQueue reads what waits (JOBS' count per subject) and what runs (the
 // slots), the two reads together, and judges the slots stale by the
-// server's clock of the first.
-func (r *Runner) readQueue(ctx context.Context) (*queueView, error) {
+// server's clock of the first. lockKey's delete marker, if that is its
+// last message, is read with the slots (queueView.freed).
+func (r *Runner) readQueue(ctx context.Context, lockKey string) (*queueView, error) {
 	var (
 		slots    []slotRead
+		freed    map[string]uint64
 		slotsErr error
 		reading  sync.WaitGroup
 	)
-	reading.Go(func() { slots, slotsErr = r.readSlots(ctx) })
+	reading.Go(func() { slots, freed, slotsErr = r.readSlots(ctx, lockKey) })
 	info, err := r.jobsStream.Info(ctx, jetstream.WithSubjectFilter(proto.SubjectJobsAll))
 	reading.Wait()
 	if err != nil {
@@ -283,7 +292,7 @@ func (r *Runner) readQueue(ctx context.Context) (*queueView, error) {
 	if slotsErr != nil {
 		return nil, slotsErr
 	}
-	v := &queueView{queued: map[string]map[proto.Kind]int{}, running: map[string]int{}, slots: map[string]slotEntry{}}
+	v := &queueView{queued: map[string]map[proto.Kind]int{}, running: map[string]int{}, slots: map[string]slotEntry{}, freed: freed}
 	for subj, n := range info.State.Subjects {
 		parts := strings.Split(subj, ".")
 		if len(parts) != 3 {
@@ -319,22 +328,24 @@ type slotRead struct {
 	created time.Time
 }
 
-// readSlots reads every slot key in use, with r.fair.mu held. One batched
-// direct get (the last message of each slot's subject, nats-server 2.11
-// and later) answers in a round trip; when it fails (an older server, a
-// NATS user without DIRECT.GET on the bucket) the slots are read with a KV
-// watch, which creates a consumer and costs a few, for the next
-// directGetRetry.
-func (r *Runner) readSlots(ctx context.Context) ([]slotRead, error) {
+// readSlots reads every slot key in use, with r.fair.mu held, and the
+// revisions of the delete markers of released slots and of the keys
+// named in also (freed). One batched direct get (the last message of each
+// slot's subject, nats-server 2.11 and later) answers in a round trip;
+// when it fails (an older server, a NATS user without DIRECT.GET on the
+// bucket) the slots are read with a KV watch, which creates a consumer
+// and costs a few, for the next directGetRetry, and nothing is freed.
+func (r *Runner) readSlots(ctx context.Context, also ...string) (slots []slotRead, freed map[string]uint64, err error) {
 	if time.Now().After(r.fair.watchSlotsUntil) {
-		slots, err := r.lastSlots(ctx)
+		slots, freed, err := r.lastSlots(ctx, also...)
 		if err == nil || ctx.Err() != nil {
-			return slots, err
+			return slots, freed, err
 		}
 		r.log.Warn("reading the slots with a watch: a direct get of them failed", zap.Duration("for", directGetRetry), zap.Error(err))
 		r.fair.watchSlotsUntil = time.Now().Add(directGetRetry)
 	}
-	return r.watchSlots(ctx)
+	slots, err = r.watchSlots(ctx)
+	return slots, nil, err
 }
 
 const (
@@ -346,17 +357,22 @@ const (
 )
 
 // lastSlots is readSlots by a batched direct get of the task-locks
-// bucket's stream: its answer is the last message of each slot subject,
-// then an end of batch (status 204), or a 404 when there is none.
-func (r *Runner) lastSlots(ctx context.Context) ([]slotRead, error) {
+// bucket's stream: its answer is the last message of each slot subject
+// and of each key in also, then an end of batch (status 204), or a 404
+// when there is none.
+func (r *Runner) lastSlots(ctx context.Context, also ...string) (slots []slotRead, freed map[string]uint64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, directGetTimeout)
 	defer cancel()
 	subjPrefix := "$KV." + proto.BucketTaskLocks + "."
+	subjects := []string{subjPrefix + slotPrefix + ">"}
+	for _, key := range also {
+		subjects = append(subjects, subjPrefix+key)
+	}
 	req, err := json.Marshal(struct {
 		MultiLast []string `json:"multi_last"`
-	}{[]string{subjPrefix + slotPrefix + ">"}})
+	}{subjects})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A channel subscription: a sync one's NextMsg took 1.8 ms here
 	// against 0.3 for the whole answer through a channel. A batch larger
@@ -366,43 +382,48 @@ func (r *Runner) lastSlots(ctx context.Context) ([]slotRead, error) {
 	answers := make(chan *nats.Msg, 256)
 	sub, err := r.nc.ChanSubscribe(inbox, answers)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET.KV_"+proto.BucketTaskLocks, inbox, req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var slots []slotRead
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-answers:
 		case <-ctx.Done():
-			return nil, context.Cause(ctx)
+			return nil, nil, context.Cause(ctx)
 		}
 		switch status, descr := m.Header.Get("Status"), m.Header.Get("Description"); {
 		case status == "":
 		case status == "204": // end of batch
-			return slots, nil
-		case status == "404" && descr == "No Results": // no slot in use
-			return nil, nil
+			return slots, freed, nil
+		case status == "404" && descr == "No Results": // no slot in use, nothing released
+			return nil, nil, nil
 		default:
-			return nil, fmt.Errorf("direct get of the slots: %s %s", status, descr)
+			return nil, nil, fmt.Errorf("direct get of the slots: %s %s", status, descr)
 		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			continue // released
-		}
+		key := strings.TrimPrefix(m.Header.Get(jetstream.SubjectHeader), subjPrefix)
 		rev, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("direct get of the slots: sequence: %w", err)
+			return nil, nil, fmt.Errorf("direct get of the slots: sequence: %w", err)
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			if freed == nil {
+				freed = map[string]uint64{}
+			}
+			freed[key] = rev // released
+			continue
+		}
+		if !strings.HasPrefix(key, slotPrefix) {
+			continue // a key of also, held
 		}
 		created, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
 		if err != nil {
-			return nil, fmt.Errorf("direct get of the slots: time stamp: %w", err)
+			return nil, nil, fmt.Errorf("direct get of the slots: time stamp: %w", err)
 		}
-		slots = append(slots, slotRead{
-			key: strings.TrimPrefix(m.Header.Get(jetstream.SubjectHeader), subjPrefix), value: m.Data, rev: rev, created: created,
-		})
+		slots = append(slots, slotRead{key: key, value: m.Data, rev: rev, created: created})
 	}
 }
 
@@ -436,7 +457,7 @@ func (r *Runner) takeSlot(ctx context.Context, log *zap.Logger, v *queueView, pr
 		var err error
 		switch {
 		case !used:
-			l.rev, err = r.locks.Create(ctx, l.key, value)
+			err = l.takeFreed(ctx, v.freed[l.key])
 		case e.stale:
 			l.rev, err = r.locks.Update(ctx, l.key, value, e.rev)
 			if err == nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/registry"
@@ -63,8 +64,8 @@ func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
 	nc, js, locks := lockServer(t)
 	ctx := context.Background()
 	r := &Runner{nc: nc, locks: locks, log: zap.NewNop()}
-	if slots, err := r.lastSlots(ctx); err != nil || len(slots) != 0 {
-		t.Fatalf("no slot in use: %v, %v", slots, err)
+	if slots, freed, err := r.lastSlots(ctx); err != nil || len(slots) != 0 || len(freed) != 0 {
+		t.Fatalf("no slot in use: %v, %v, %v", slots, freed, err)
 	}
 	for _, key := range []string{slotKey("a", 0), slotKey("a", 1), slotKey("b", 0), "a.some-task"} {
 		if _, err := locks.Create(ctx, key, []byte(`{"job":"`+key+`"}`)); err != nil {
@@ -77,7 +78,10 @@ func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
 	if _, err := locks.Put(ctx, slotKey("b", 0), []byte(`{"job":"refreshed"}`)); err != nil {
 		t.Fatal(err)
 	}
-	direct, err := r.lastSlots(ctx)
+	if err := locks.Delete(ctx, "a.some-task"); err != nil {
+		t.Fatal(err)
+	}
+	direct, freed, err := r.lastSlots(ctx, "a.some-task", "a.never-taken")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +98,19 @@ func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
 	if direct[1].key != slotKey("b", 0) || string(direct[1].value) != `{"job":"refreshed"}` {
 		t.Errorf("slot b.0 read as %+v, want its refreshed value", direct[1])
 	}
+	// The released keys, the slot's and the task lock's asked for, with
+	// the revisions of their delete markers.
+	want := map[string]uint64{}
+	for _, key := range []string{slotKey("a", 1), "a.some-task"} {
+		h, err := locks.History(ctx, key)
+		if err != nil || h[len(h)-1].Operation() != jetstream.KeyValueDelete {
+			t.Fatalf("history of %s: %v, %v", key, h, err)
+		}
+		want[key] = h[len(h)-1].Revision()
+	}
+	if !reflect.DeepEqual(freed, want) {
+		t.Errorf("freed %v, want %v", freed, want)
+	}
 
 	// A stream that answers no direct get (a server before 2.11 answers
 	// this one with an error too) is read with the watch.
@@ -106,12 +123,12 @@ func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.lastSlots(ctx); err == nil {
+	if _, _, err := r.lastSlots(ctx); err == nil {
 		t.Fatal("a direct get answered without direct gets allowed")
 	}
-	slots, err := r.readSlots(ctx)
-	if err != nil || len(slots) != 2 {
-		t.Fatalf("slots without direct gets: %+v, %v", slots, err)
+	slots, freed, err := r.readSlots(ctx, "a.some-task")
+	if err != nil || len(slots) != 2 || freed != nil {
+		t.Fatalf("slots without direct gets: %+v, freed %v, %v", slots, freed, err)
 	}
 }
 
@@ -130,7 +147,10 @@ func BenchmarkReadSlots(b *testing.B) {
 	for _, read := range []struct {
 		name string
 		f    func(context.Context) ([]slotRead, error)
-	}{{"direct-get", r.lastSlots}, {"watch", r.watchSlots}, {"one-kv-get", func(ctx context.Context) ([]slotRead, error) {
+	}{{"direct-get", func(ctx context.Context) ([]slotRead, error) {
+		slots, _, err := r.lastSlots(ctx)
+		return slots, err
+	}}, {"watch", r.watchSlots}, {"one-kv-get", func(ctx context.Context) ([]slotRead, error) {
 		_, err := locks.Get(ctx, slotKey("widgets", 0))
 		return make([]slotRead, 8), err
 	}}} {

@@ -108,6 +108,22 @@ func (l *taskLock) take(ctx context.Context) error {
 	return err
 }
 
+// takeFreed is take of a key whose last message, as read, was the delete
+// marker at revision freed (0: none read): an update at that revision,
+// one round trip where a create costs three (see queueView.freed). When
+// the key changed since, it is take, which says whether another holds it.
+func (l *taskLock) takeFreed(ctx context.Context, freed uint64) error {
+	if freed == 0 {
+		return l.take(ctx)
+	}
+	rev, err := l.kv.Update(ctx, l.key, l.value, freed)
+	if err != nil {
+		return l.take(ctx)
+	}
+	l.rev = rev
+	return nil
+}
+
 // acquireLock waits until it holds l or ctx ends. A failing NATS is
 // waited out: the heartbeat decides when the job is lost.
 func (r *Runner) acquireLock(ctx context.Context, log *zap.Logger, l *taskLock) error {

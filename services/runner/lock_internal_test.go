@@ -99,3 +99,40 @@ func TestAcquireLockKnowsItsOwn(t *testing.T) {
 		t.Fatal("a second attempt took a lock its first still holds")
 	}
 }
+
+// A released key is taken again at its delete marker's revision; a
+// revision read before another took the key takes nothing, and says the
+// key is held; none read is a create.
+func TestTakeFreed(t *testing.T) {
+	_, _, locks := lockServer(t)
+	ctx := context.Background()
+	mine := &taskLock{kv: locks, key: "p.task", value: []byte(`{"job":"mine"}`)}
+	if err := mine.takeFreed(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := locks.Delete(ctx, mine.key); err != nil {
+		t.Fatal(err)
+	}
+	h, err := locks.History(ctx, mine.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := h[len(h)-1].Revision()
+	if err := mine.takeFreed(ctx, marker); err != nil || mine.rev != marker+1 {
+		t.Fatalf("taken at the marker %d: rev %d, %v; want %d", marker, mine.rev, err, marker+1)
+	}
+	if err := locks.Delete(ctx, mine.key); err != nil {
+		t.Fatal(err)
+	}
+	other := &taskLock{kv: locks, key: mine.key, value: []byte(`{"job":"other"}`)}
+	if err := other.take(ctx); err != nil {
+		t.Fatal(err)
+	}
+	late := &taskLock{kv: locks, key: mine.key, value: []byte(`{"job":"late"}`)}
+	if err := late.takeFreed(ctx, marker); !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Fatalf("taken at an old marker while another holds it: %v", err)
+	}
+	if e, err := locks.Get(ctx, mine.key); err != nil || string(e.Value()) != `{"job":"other"}` {
+		t.Fatalf("the holder's key: %v, %v", e, err)
+	}
+}

@@ -26,10 +26,10 @@
 // init, orch-sandbox-init (or, where it is not installed, the runner's
 // own binary: FindInit), bound read-only into the sandbox and started in
 // a marked mode (package initproc), which forwards, starts the agent,
-// with its rlimits, as its child and exits with its status. The runner
-// does not start sandboxes so any more (a Go program's start on every
-// job); init's probe still checks at start that the program runs in a
-// sandbox. When the supervisor kills bwrap, bwrap's pid 1 dies
+// with its rlimits, as its child and exits with its status: a Go
+// program's start on every job. The runner starts sandboxes so only on a
+// host where one does not work nested in the supervisor's namespace
+// (ProbeNested). When the supervisor kills bwrap, bwrap's pid 1 dies
 // (--die-with-parent) and the kernel kills everything left in the pid
 // namespace, so the supervisor's no-orphan guarantee holds inside.
 package sandbox

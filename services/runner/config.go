@@ -106,7 +106,9 @@ type Config struct {
 	AgentPidsMax int `env:"AGENT_PIDS_MAX"`
 	// GitCredentialsFile is a git-credential-store file whose entry for
 	// a project's git host the egress proxy adds to a confined agent's
-	// git requests, so that it can push without holding the token.
+	// git requests, so that it can push without holding the token; the
+	// runner's own fetches of the clone read it too
+	// (workspace.Workspace.GitCredentials).
 	GitCredentialsFile string `env:"GIT_CREDENTIALS_FILE"`
 
 	// TaskStateInterval is how often the state of a task whose agent runs

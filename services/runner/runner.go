@@ -121,6 +121,12 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return fmt.Errorf("ORCH_WORKSPACE_DIR: %w", err)
 	}
 	ws := &workspace.Workspace{Root: cfg.WorkspaceDir}
+	if cfg.GitCredentialsFile != "" {
+		// The clone's fetches use it too; git runs them in the clone.
+		if ws.GitCredentials, err = filepath.Abs(cfg.GitCredentialsFile); err != nil {
+			return fmt.Errorf("ORCH_GIT_CREDENTIALS_FILE: %w", err)
+		}
+	}
 	removed, err := ws.Clean(ctx)
 	for _, l := range removed {
 		log.Warn("removed stale git lock", zap.String("path", l))

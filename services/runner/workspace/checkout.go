@@ -120,7 +120,7 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		err = rs.fetches.fetch(ctx, want.Since, func(ctx context.Context) error {
 			rs.mu.Lock()
 			defer rs.mu.Unlock()
-			_, err := git(ctx, gitDir, "fetch", "--prune", "--quiet", "origin")
+			_, err := git(ctx, gitDir, w.fetchArgs("fetch", "--prune", "--quiet", "origin")...)
 			return err
 		})
 		if err != nil {
@@ -140,7 +140,7 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	var pullHead string
 	if want.PR > 0 && (want.Fork || branch == want.HeadBranch && !refExists(ctx, gitDir, "refs/remotes/origin/"+branch)) {
 		var note string
-		pullHead, note = fetchPull(ctx, gitDir, want)
+		pullHead, note = w.fetchPull(ctx, gitDir, want)
 		notes = append(notes, note)
 		if pullHead != "" || want.Fork {
 			branch = Branch(want.Task)
@@ -217,9 +217,9 @@ func pullRef(n int) string { return fmt.Sprintf("%s/%d/head", PullRefs, n) }
 // included) and returns it, with a note for the agent: that it runs on
 // the pull request's head and cannot push to the fork, or, when the ref
 // could not be fetched, that it runs without the pull request's code.
-func fetchPull(ctx context.Context, gitDir string, want Want) (head, note string) {
+func (w *Workspace) fetchPull(ctx context.Context, gitDir string, want Want) (head, note string) {
 	src := fmt.Sprintf("refs/pull/%d/head", want.PR)
-	if _, err := git(ctx, gitDir, "fetch", "--quiet", "--no-tags", "origin", "+"+src+":"+pullRef(want.PR)); err != nil {
+	if _, err := git(ctx, gitDir, w.fetchArgs("fetch", "--quiet", "--no-tags", "origin", "+"+src+":"+pullRef(want.PR))...); err != nil {
 		return "", fmt.Sprintf("The pull request's head branch `%s` is not on origin (a fork's branch?), and origin's `%s` could not be fetched (%s): the worktree does not hold the pull request's changes.",
 			want.HeadBranch, src, lastLine(err))
 	}

@@ -37,6 +37,11 @@ const BranchPrefix = "agent/"
 // set Root (an absolute path).
 type Workspace struct {
 	Root string
+	// GitCredentials is a git-credential-store file
+	// (ORCH_GIT_CREDENTIALS_FILE) that the clone's fetches take their
+	// login from, besides the runner user's own git configuration; ""
+	// for none.
+	GitCredentials string
 
 	mu    sync.Mutex
 	repos map[string]*repoState
@@ -337,6 +342,18 @@ func refExists(ctx context.Context, gitDir, ref string) bool {
 	}
 	_, err := git(ctx, gitDir, "rev-parse", "--verify", "--quiet", ref)
 	return err == nil
+}
+
+// fetchArgs are args of a git command that reaches origin: preceded,
+// when the workspace has a credentials file, by a credential helper that
+// reads it (after the user's own helpers, which git asks first).
+func (w *Workspace) fetchArgs(args ...string) []string {
+	if w.GitCredentials == "" {
+		return args
+	}
+	// The helper string is run by the shell: the path is quoted.
+	quoted := "'" + strings.ReplaceAll(w.GitCredentials, "'", `'\''`) + "'"
+	return append([]string{"-c", "credential.helper=store --file=" + quoted}, args...)
 }
 
 // git runs git in dir and returns its standard output; its error carries

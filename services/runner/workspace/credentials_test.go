@@ -18,8 +18,8 @@ import (
 // The clone's fetches from an origin that wants a login (git's smart
 // HTTP behind Basic auth, as a private Gitea repository) take it from
 // the workspace's credentials file, ORCH_GIT_CREDENTIALS_FILE, even at a
-// path the shell would split; without the file they fail, as git with
-// no login does, and never wait for a prompt.
+// path the shell would split and read-only; without the file they fail,
+// as git with no login does, and never wait for a prompt.
 func TestFetchWithTheCredentialsFile(t *testing.T) {
 	// git with no configuration of the user's: no helper, no login.
 	home := t.TempDir()
@@ -68,6 +68,15 @@ func TestFetchWithTheCredentialsFile(t *testing.T) {
 	if err := os.WriteFile(creds, []byte("https://other:x@gitea.example.com\n"+login+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Read-only, as a mounted secret is: git's store helper cannot
+	// write back the login it used, and the fetch does not mind.
+	if err := os.Chmod(creds, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
 	ws = &workspace.Workspace{Root: t.TempDir(), GitCredentials: creds}
 	co := prepare(t, ws, repo, workspace.Want{Task: "t1"})
 	if b, err := os.ReadFile(filepath.Join(co.Dir, "README.md")); err != nil || string(b) != "private\n" {

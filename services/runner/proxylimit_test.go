@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/sandbox"
 )
@@ -14,7 +15,7 @@ import (
 // the account's usage limit: the job that met it is held (usage_limit)
 // until the retry-after has passed, not failed.
 func TestProxy429IsUsageLimit(t *testing.T) {
-	requireBwrap(t)
+	testkit.RequireBwrap(t)
 	e := newEnv(t, "")
 	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("retry-after", "3600")

@@ -28,19 +28,6 @@ import (
 	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
-// requireBwrap skips a test on a machine without bubblewrap, and fails it
-// in CI, which always installs it (.ci/run).
-func requireBwrap(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		msg := "bubblewrap (bwrap) is not on PATH: apt-get install bubblewrap"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-}
-
 // hostileAgent tries everything a confined agent must not manage, and the
 // few things it must. Each check prints "PASS <name>" or "FAIL <name>
 // <why>"; it always exits 0. Its arguments are in the variables set at
@@ -103,7 +90,7 @@ exit 0
 // model request arrives upstream with the real key while it holds only
 // the placeholder. The job ends done; its log holds the denial.
 func TestHostileAgentConfined(t *testing.T) {
-	requireBwrap(t)
+	testkit.RequireBwrap(t)
 	e := newEnv(t, "")
 	marker := "orch-marker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	realKey := "sk-real-" + marker
@@ -304,7 +291,7 @@ func TestMemoryLimitNamedInError(t *testing.T) {
 	for _, mode := range []sandbox.Mode{sandbox.ModeBwrap, sandbox.ModeNone} {
 		t.Run(string(mode), func(t *testing.T) {
 			if mode == sandbox.ModeBwrap {
-				requireBwrap(t)
+				testkit.RequireBwrap(t)
 			}
 			e := newEnv(t, "")
 			cfg := e.config("r1", e.script(`awk 'BEGIN { s = "x"; while (1) s = s s }'`))
@@ -332,7 +319,7 @@ func TestSandboxSaidEverywhere(t *testing.T) {
 	for _, mode := range []sandbox.Mode{sandbox.ModeBwrap, sandbox.ModeNone} {
 		t.Run(string(mode), func(t *testing.T) {
 			if mode == sandbox.ModeBwrap {
-				requireBwrap(t)
+				testkit.RequireBwrap(t)
 			}
 			e := newEnv(t, "")
 			cfg := e.config("r1", e.script(`exit 0`))
@@ -370,7 +357,7 @@ func TestSandboxSaidEverywhere(t *testing.T) {
 // key in; it holds only the placeholder and no proxy settings. Under none
 // it reaches nothing and is given no model address or key.
 func TestSandboxNetworks(t *testing.T) {
-	requireBwrap(t)
+	testkit.RequireBwrap(t)
 	for _, network := range []sandbox.Network{sandbox.NetOpen, sandbox.NetNone} {
 		t.Run(string(network), func(t *testing.T) {
 			e := newEnv(t, "")

@@ -18,26 +18,12 @@ import (
 	"github.com/orch-dev/orch/services/runner/sandbox"
 )
 
-// requireBwrap is bwrap's path; the test is skipped without it, and fails
-// under CI=true.
-func requireBwrap(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("bwrap")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bwrap is not installed (apt-get install bubblewrap)")
-		}
-		t.Skip("bwrap is not installed")
-	}
-	return path
-}
-
 // A forwarding pool's supervisor lives in a network namespace of its own,
 // where its port leads to the socket of the agent it runs, and to
 // nothing between agents; the runner's loopback is out of reach; and a
 // stopped agent gets its SIGTERM and grace through the wrapper.
 func TestPoolForwards(t *testing.T) {
-	bwrap := requireBwrap(t)
+	bwrap := testkit.RequireBwrap(t)
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("bash is not installed")
 	}

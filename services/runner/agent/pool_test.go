@@ -129,7 +129,7 @@ func TestPoolRunsAgents(t *testing.T) {
 func TestPoolEndsWithItsOwner(t *testing.T) {
 	t.Run("own", func(t *testing.T) { testPoolEndsWithItsOwner(t, "own") })
 	t.Run("forward", func(t *testing.T) {
-		requireBwrap(t)
+		testkit.RequireBwrap(t)
 		testPoolEndsWithItsOwner(t, "forward")
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/runner/egress"
 )
 
@@ -44,14 +44,7 @@ func newGitOrigin(t *testing.T) *gitOrigin {
 	runGit(t, seed, nil, "commit", "-q", "-m", "first")
 	runGit(t, seed, nil, "push", "-q", "origin", "main")
 
-	exe, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend := &cgi.Handler{
-		Path: filepath.Join(strings.TrimSpace(string(exe)), "git-http-backend"),
-		Env:  []string{"GIT_PROJECT_ROOT=" + o.root, "GIT_HTTP_EXPORT_ALL=1"},
-	}
+	backend := testkit.GitHTTPBackend(t, o.root)
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o.mu.Lock()
 		o.auth = append(o.auth, r.Header.Get("Authorization"))

@@ -3,15 +3,14 @@ package workspace_test
 import (
 	"context"
 	"net/http"
-	"net/http/cgi"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
@@ -33,14 +32,7 @@ func TestFetchWithTheCredentialsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	gitOut(t, root, "clone", "-q", "--bare", seed, filepath.Join(root, "repo.git"))
-	exe, err := exec.Command("git", "--exec-path").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	backend := &cgi.Handler{
-		Path: filepath.Join(strings.TrimSpace(string(exe)), "git-http-backend"),
-		Env:  []string{"GIT_PROJECT_ROOT=" + root, "GIT_HTTP_EXPORT_ALL=1"},
-	}
+	backend := testkit.GitHTTPBackend(t, root)
 	var refused atomic.Int32
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); !ok || u != "orch-bot" || p != "t0ken" {

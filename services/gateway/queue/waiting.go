@@ -46,10 +46,11 @@ func (q *Queue) RecordWaiting(ctx context.Context, log *zap.Logger) {
 			continue
 		}
 		var (
-			wg     sync.WaitGroup
-			sem    = make(chan struct{}, recordWriters)
-			mu     sync.Mutex
-			failed error
+			wg       sync.WaitGroup
+			sem      = make(chan struct{}, recordWriters)
+			mu       sync.Mutex
+			failedID string
+			failed   error
 		)
 		for id := range q.tasks.WaitingFor(q.cfg.RecordAfter) {
 			sem <- struct{}{}
@@ -57,14 +58,16 @@ func (q *Queue) RecordWaiting(ctx context.Context, log *zap.Logger) {
 				defer func() { <-sem }()
 				if err := q.recordQueued(ctx, c, id); err != nil {
 					mu.Lock()
-					failed = err
+					failedID, failed = id, err
 					mu.Unlock()
 				}
 			})
 		}
 		wg.Wait()
 		if failed != nil && ctx.Err() == nil {
-			log.Warn("creating the status record of a waiting job, will retry", zap.Error(failed))
+			// One line a pass, naming one of the jobs: NATS away fails
+			// them all alike.
+			log.Warn("creating the status record of a waiting job, will retry", zap.String("job", failedID), zap.Error(failed))
 		}
 	}
 }

@@ -221,7 +221,6 @@ func stop(s *supervisor, done <-chan ended, grace time.Duration) ended {
 		return e
 	case <-t.C:
 		s.signal(syscall.SIGKILL)
-		_ = s.cmd.Process.Kill()
 		return <-done
 	}
 }

@@ -190,7 +190,9 @@ func (s *supervisor) send(o order, stdin, out *os.File) error {
 	return nil
 }
 
-// signal sends sig to the supervisor itself.
+// signal sends sig to the supervisor itself; to its wrapper while its
+// pid is not known yet, which a SIGKILL ends with the supervisor
+// (--die-with-parent), as a killed supervisor ends its wrapper.
 func (s *supervisor) signal(sig syscall.Signal) {
 	if s.pidfd >= 0 {
 		_ = unix.PidfdSendSignal(s.pidfd, sig, nil, 0)
@@ -223,7 +225,6 @@ func (s *supervisor) discard() {
 // stuck where it should have answered at once.
 func (s *supervisor) kill() {
 	s.signal(syscall.SIGKILL)
-	_ = s.cmd.Process.Kill()
 	s.discard()
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/orch-dev/orch/kit/testkit"
 )
 
 // requireBwrap skips a test on a machine without bubblewrap, and fails it
@@ -20,10 +22,7 @@ func requireBwrap(t *testing.T) string {
 	}
 	path, err := Probe(context.Background(), exe)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
+		testkit.Unavailable(t, err.Error())
 	}
 	return path
 }

@@ -474,19 +474,29 @@ func TestJobsWaitInJOBSWithoutARecord(t *testing.T) {
 	if st, _, err := status.New(kv).Get(ctx, id); err != nil || st.State != proto.StateCancelled {
 		t.Errorf("record of the cancelled job: %+v %v", st, err)
 	}
+	// Read back at once, before the index's watch may have seen the
+	// record, the job is cancelled.
+	if _, a := g.job(t, id); a.Status.State != proto.StateCancelled {
+		t.Errorf("GET /jobs/%s right after its cancel: %s, want cancelled", id, a.Status.State)
+	}
 
-	// A runner takes another: the record it creates replaces the job's
-	// entry.
+	// A runner takes another: the record it creates is what GET /jobs
+	// shows from then on, and it replaces the job's entry in the lists.
 	taken := want[1]
 	_, a := g.job(t, taken)
 	if _, err := status.New(kv).Apply(ctx, &a.Job, status.StartAttempt(1, 3, "r1", "", time.Now())); err != nil {
 		t.Fatal(err)
 	}
+	if _, a := g.job(t, taken); a.Status.State != proto.StateRunning {
+		t.Errorf("GET /jobs/%s right after a runner took it: %s, want running", taken, a.Status.State)
+	}
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if _, a := g.job(t, taken); a.Status.State != proto.StateRunning {
-			return fmt.Errorf("job %s is %s, want running", taken, a.Status.State)
+		for _, r := range g.queue(t).Recent {
+			if r.ID == taken && r.State == string(proto.StateRunning) {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("GET /queue does not list job %s running", taken)
 	})
 }
 

@@ -256,19 +256,27 @@ func (q *Queue) synced(ctx context.Context, c *conn) {
 // that JOBS holds without one, the job as an absent record (revision 0),
 // which a transition may create.
 //
-// The index says which to read first. A record created after it was read
-// is found by the transition's compare-and-set, which then reads it.
+// The record is read first: the index learns of records through a watch,
+// so it may still call waiting a job whose record this gateway has just
+// written (a cancel that created it), and a read right after that write
+// must see it.
 func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status, uint64, error) {
-	if seq, ok := q.tasks.Waiting(id); ok {
-		job, ok, err := index.JobAt(ctx, c.nc, seq)
-		if err != nil {
-			return nil, 0, err
-		}
-		if ok {
-			return &proto.Status{Job: *job}, 0, nil
-		}
-		// Taken meanwhile: its record is written.
+	st, rev, err := c.status.Get(ctx, id)
+	if !errors.Is(err, status.ErrNotFound) {
+		return st, rev, err
 	}
+	seq, ok := q.tasks.Waiting(id)
+	if !ok {
+		return nil, 0, err
+	}
+	job, ok, err := index.JobAt(ctx, c.nc, seq)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ok {
+		return &proto.Status{Job: *job}, 0, nil
+	}
+	// Taken between the two reads: its record is written.
 	return c.status.Get(ctx, id)
 }
 

@@ -14,11 +14,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/orch-dev/orch/kit/registry"
-	"github.com/orch-dev/orch/kit/status"
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/prompt"
-	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
 // handle runs one delivery of a job and settles its message. It returns
@@ -185,7 +183,7 @@ type record struct {
 // registry version the job started with; rec is the job's record as read
 // when the job began, which the running state is written over unless it
 // changed since.
-func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record) outcome {
+func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record) (out outcome) {
 	logPath := r.ws.LogPath(job.ID, attempt)
 	if job.Kind == proto.KindCleanup {
 		logPath = ""
@@ -194,40 +192,26 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	if *r.cfg.LogLocal {
 		logField = logPath
 	}
-	// The running state and the worktree do not depend on each other, so
-	// the worktree is prepared, and the task's saved state carried into
-	// it, while the record is written; they are simply not used when the
-	// record says the job is not to run (the task lock is held, so no
-	// other job is in the worktree meanwhile).
-	var (
-		co        workspace.Checkout
-		coErr     error
-		cs        carried
-		preparing sync.WaitGroup
-	)
-	if job.Kind != proto.KindCleanup {
-		preparing.Go(func() {
-			if co, coErr = r.prepareTimed(ctx, log, job, p, attempt); coErr == nil {
-				cs = r.carryIn(ctx, log, job, p, attempt, &co)
-			}
-		})
-	}
-	st, err := r.status.ApplyFrom(ctx, job, rec.st, rec.rev, status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()).With(r.conf.record))
-	preparing.Wait()
-	switch {
-	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateCancelled:
-		return outcome{end: cancelled, exitCode: -1}
-	case errors.Is(err, status.ErrTerminal) && st.State == proto.StateDone:
-		return outcome{end: alreadyDone}
-	case errors.Is(err, status.ErrTerminal), errors.Is(err, status.ErrSuperseded):
-		return outcome{end: superseded, exitCode: -1}
-	case err != nil:
-		// Status is bookkeeping: a KV hiccup does not stop the job.
-		log.Warn("recording running state", zap.Error(err))
-	}
-	r.metrics.started(job, attempt)
-
+	// The running state, the worktree and the agent's start do not
+	// depend on each other, so the record is written while the worktree
+	// is prepared, the task's saved state carried into it and the agent
+	// started. A record that turns out to say the job is not to run
+	// (cancelled, superseded or done since it was read) stops the agent
+	// at once, as a cancel arriving just after the write would, and the
+	// job ends as the record says (the task lock is held, so no other job
+	// is in the worktree meanwhile).
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	w := r.writeRunning(ctx, log, job, rec, attempt, logField, stop)
+	defer func() {
+		if o, refused := w.refused(); refused {
+			out = o
+		}
+	}()
 	if job.Kind == proto.KindCleanup {
+		if _, refused := w.refused(); refused {
+			return outcome{} // the deferred check sets it
+		}
 		log.Info("removing the task's worktree")
 		if err := r.ws.Remove(ctx, job.Project, job.Task.ID, job.Task.PR); err != nil {
 			return outcome{end: ranToEnd, exitCode: -1, err: err}
@@ -244,9 +228,11 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		}
 		return unprepared(err)
 	}
-	if coErr != nil {
-		return fail(fmt.Errorf("preparing worktree: %w", coErr))
+	co, err := r.prepareTimed(ctx, log, job, p, attempt)
+	if err != nil {
+		return fail(fmt.Errorf("preparing worktree: %w", err))
 	}
+	cs := r.carryIn(ctx, log, job, p, attempt, &co)
 	dir := co.Dir
 	text, err := tmpls.Render(promptData(job, attempt, r.cfg.MaxAttempts, co))
 	if err != nil {
@@ -336,7 +322,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		limited = &proxyLimit
 	}
 	r.dropLocalLog(log, logPath)
-	out := ended(res, c)
+	out = ended(res, c)
 	out.spent = spent
 	out.resumed, out.restored = cs.resumed, cs.restored
 	if limited != nil {

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/status/statustest"
@@ -175,6 +178,57 @@ func TestCancelQueued(t *testing.T) {
 		t.Errorf("the agent ran for a cancelled job")
 	}
 	e.waitState(j.ID, proto.StateCancelled, time.Second)
+}
+
+// The running state is written while the agent starts: a job whose
+// record another runner finished after this one read it (here, while
+// it waited for its project's one slot) ends already done. Its record
+// stays done, and its agent, started or not, does not run on: the
+// message is settled while the agent would still be sleeping.
+func TestRecordDoneMeanwhileStopsTheJob(t *testing.T) {
+	e := newEnv(t, "    max_concurrency: 1\n")
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := e.config("r1", e.script(`case $ORCH_TASK in
+first) while [ ! -e $RUNS/release ]; do sleep 0.05; done ;;
+*) touch $RUNS/started; sleep 60; touch $RUNS/finished ;;
+esac
+`))
+	cfg.MaxConcurrency = 2
+	e.startLogged(cfg, core)
+	first, second := job("done-first", "first", proto.KindImplement), job("done-second", "second", proto.KindImplement)
+	e.enqueue(first)
+	e.waitState(first.ID, proto.StateRunning, 10*time.Second)
+	e.enqueue(second)
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for _, l := range logs.FilterMessageSnippet("waiting for a slot").All() {
+			if l.ContextMap()["job"] == second.ID {
+				return nil
+			}
+		}
+		return fmt.Errorf("job %s is not waiting for its slot", second.ID)
+	})
+	// Another runner's record of the job, done.
+	ctx := context.Background()
+	st, _, err := e.status.Get(ctx, second.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.State, st.Attempt, st.Runner = proto.StateDone, 1, "elsewhere"
+	data, _ := json.Marshal(st)
+	if _, err := e.kv.Put(ctx, second.ID, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.runs, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(first.ID, proto.StateDone, 10*time.Second)
+	e.waitStreamEmpty(30 * time.Second)
+	if st, _, err := e.status.Get(ctx, second.ID); err != nil || st.State != proto.StateDone || st.Runner != "elsewhere" {
+		t.Errorf("record of the job done elsewhere: %+v %v", st, err)
+	}
+	if len(e.lines("finished")) > 0 {
+		t.Error("the agent of a job done elsewhere ran to its end")
+	}
 }
 
 // The watchdog kills an agent that hangs and its grandchild, and records

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -53,6 +54,9 @@ type confinement struct {
 	nested bool
 	// why auto runs agents unconfined: bwrap's trial at start failed.
 	why string
+	// etc is the sandboxes' copy of the host's /etc; nil, they bind the
+	// host's files one by one.
+	etc *sandbox.Etc
 }
 
 // hostVars never reach a confined agent: the egress proxy holds the
@@ -209,16 +213,22 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
 		Limits: c.limits, PATH: envValue(env, "PATH"),
 	}
-	stop = func() {}
+	releaseEtc := func() {}
+	if c.etc != nil {
+		sj.Etc, releaseEtc = c.etc.Acquire()
+	}
+	stop = releaseEtc
 	if c.network != sandbox.NetNone {
 		proxy, base, sock, err := r.startEgress(log, job, p, spec.Notes)
 		if err != nil {
+			releaseEtc()
 			return nil, err
 		}
 		// The proxy's meter, for the spend watch and a usage limit's 429
 		// (meters.go).
 		r.meters.Store(job.ID, proxy)
 		stop = func() {
+			releaseEtc()
 			r.meters.Delete(job.ID)
 			u := proxy.Usage()
 			if err := proxy.Close(); err != nil {
@@ -307,6 +317,30 @@ func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Projec
 		return nil, "", "", err
 	}
 	return proxy, "http://127.0.0.1:" + strconv.Itoa(sandbox.ForwardPort), sock, nil
+}
+
+// refreshEtc keeps the sandboxes' copy of the host's /etc current
+// (sandbox.Etc) until ctx ends.
+func (r *Runner) refreshEtc(ctx context.Context) {
+	if r.conf.etc == nil {
+		return
+	}
+	t := time.NewTicker(sandbox.EtcRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := r.conf.etc.Refresh()
+		switch {
+		case err != nil:
+			r.log.Warn("refreshing the sandboxes' copy of /etc: they keep the last one", zap.Error(err))
+		case changed:
+			r.log.Info("the host's /etc changed: the sandboxes started from now on see it")
+		}
+	}
 }
 
 // homeDir is the private HOME of job's task, kept in the workspace

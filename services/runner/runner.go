@@ -52,6 +52,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/egress"
+	"github.com/orch-dev/orch/services/runner/sandbox"
 	"github.com/orch-dev/orch/services/runner/taskstate"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
@@ -143,6 +144,16 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	m.sandbox.WithLabelValues(conf.sandboxName()).Set(1)
+	if conf.bwrap != "" {
+		// The sandboxes bind a copy of the host's /etc in one mount.
+		etc, err := sandbox.NewEtc("/etc", filepath.Join(ws.Root, "sandbox-etc"))
+		if err != nil {
+			log.Warn("no copy of /etc for the sandboxes: each binds the host's files one by one", zap.Error(err))
+		} else {
+			conf.etc = etc
+			defer etc.Close()
+		}
+	}
 	httpSrv, err := service.ServeHTTPDetail(cfg.HTTPAddr, cfg.Listener, m.reg, m.ready, conf.detail, log.Named("http"))
 	if err != nil {
 		return err
@@ -212,6 +223,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer stopHUPSignal()
 	bg.Go(func() { service.OnSignal(hupCtx, hup, r.reload) })
 	bg.Go(func() { r.releaser(hupCtx, r.pokeRelease) })
+	bg.Go(func() { r.refreshEtc(hupCtx) })
 
 	var cons jetstream.Consumer
 	if err := service.Retry(ctx, log, "ensuring consumer "+proto.ConsumerRunner, func(ctx context.Context) (err error) {

@@ -40,6 +40,9 @@ for f in "$RUNNER_SECRET" "$GATEWAY_SECRET" "$OTHER_WORKTREE/other.txt" "$OTHER_
 	if cat "$f" >/dev/null 2>&1; then fail read "$f"; else pass "read-denied $f"; fi
 done
 if ls "$WORKSPACE/repos" "$WORKSPACE/worktrees/widgets" 2>/dev/null | grep -q task-other; then fail list-worktrees; else pass list-worktrees-denied; fi
+# the host's TLS private keys (a root runner's agent could list them
+# when /etc/ssl was bound whole)
+if ls /etc/ssl/private >/dev/null 2>&1; then fail list-private-keys; else pass list-private-keys-denied; fi
 # the secret marker in any process's environment
 if cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep -q "$MARKER"; then fail environ-marker; else pass environ-marker-absent; fi
 if env | grep -q "$REAL_KEY"; then fail env-real-key; else pass env-real-key-absent; fi
@@ -68,7 +71,7 @@ if echo "$answer" | grep -q model-answer; then pass model; else fail model "$ans
 # writing: only the worktree and the home
 # (A path the sandbox does not have may land in its private /tmp: the
 # test looks for each of them on the host afterwards.)
-for f in /usr/orch-x /orch-x "$OTHER_WORKTREE/x" "$GIT_COMMON/config" "$GIT_COMMON/hooks/pre-commit" "$PWD/.git"; do
+for f in /usr/orch-x /orch-x /etc/orch-x /etc/hosts "$OTHER_WORKTREE/x" "$GIT_COMMON/config" "$GIT_COMMON/hooks/pre-commit" "$PWD/.git"; do
 	if (echo x >> "$f") 2>/dev/null; then fail write "$f"; else pass "write-denied $f"; fi
 done
 for f in "$RUNNER_DATA/orch-x" "$WORKSPACE/repos/orch-x" "$WORKSPACE/homes/widgets/task-other/orch-x"; do
@@ -204,7 +207,7 @@ esac
 			passed = append(passed, strings.Fields(name)[0])
 		}
 	}
-	for _, want := range []string{"read-denied", "list-worktrees-denied", "environ-marker-absent", "env-real-key-absent", "env-placeholder",
+	for _, want := range []string{"read-denied", "list-worktrees-denied", "list-private-keys-denied", "environ-marker-absent", "env-real-key-absent", "env-placeholder",
 		"connect-denied", "proxy-denied", "proxy-allowed", "model", "write-denied", "write-worktree", "write-home", "commit"} {
 		if !contains(passed, want) {
 			t.Errorf("check %s did not pass; the agent's log:\n%s", want, log)

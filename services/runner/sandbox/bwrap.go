@@ -55,6 +55,9 @@ type Job struct {
 	Limits Limits
 	// PATH is the agent's PATH, where its program is looked up.
 	PATH string
+	// Etc is a copy of the host's /etc (Etc.Acquire), bound as the
+	// sandbox's /etc in one mount; "" binds the host's files one by one.
+	Etc string
 }
 
 // Command is the argv that runs j's agent in its sandbox: bwrap, its
@@ -74,7 +77,7 @@ func (j Job) Command() ([]string, error) {
 	} else {
 		args = append(args, namespaceArgs(j.Network)...)
 	}
-	args = append(args, systemArgs()...)
+	args = append(args, systemArgs(j.Etc)...)
 	args = append(args, "--tmpfs", "/tmp", "--dir", "/run/orch")
 
 	progs, err := programArgs(j.Argv, j.PATH)
@@ -143,9 +146,10 @@ var etcFiles = []string{
 	"alternatives", "localtime", "timezone", "gitconfig", "mime.types", "protocols", "services",
 }
 
-// systemArgs bind the system read-only, a fresh /proc of the sandbox's
+// systemArgs bind the system read-only, etc (a copy made by Etc) or the
+// host's etcFiles as the sandbox's /etc, a fresh /proc of the sandbox's
 // own pid namespace and a minimal /dev.
-func systemArgs() []string {
+func systemArgs(etc string) []string {
 	var args []string
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(d)
@@ -159,8 +163,12 @@ func systemArgs() []string {
 			args = append(args, "--ro-bind", d, d)
 		}
 	}
-	for _, f := range etcFiles {
-		args = append(args, "--ro-bind-try", "/etc/"+f, "/etc/"+f)
+	if etc != "" {
+		args = append(args, "--ro-bind", etc, "/etc")
+	} else {
+		for _, f := range etcFiles {
+			args = append(args, "--ro-bind-try", "/etc/"+f, "/etc/"+f)
+		}
 	}
 	return append(args, "--proc", "/proc", "--dev", "/dev")
 }

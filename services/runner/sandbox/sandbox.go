@@ -111,7 +111,7 @@ func Probe(ctx context.Context, init string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	args := append(namespaceArgs(NetAllowlist), systemArgs()...)
+	args := append(namespaceArgs(NetAllowlist), systemArgs("")...)
 	args = append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
 	cmd := exec.CommandContext(ctx, path, args...)
 	out, err := cmd.CombinedOutput()
@@ -138,7 +138,7 @@ func ProbeNested(ctx context.Context, bwrap, init string) error {
 	defer cancel()
 	args := append(NetnsCommand(bwrap)[1:], bwrap)
 	args = append(args, namespaceArgs(NetOpen)...)
-	args = append(args, systemArgs()...)
+	args = append(args, systemArgs("")...)
 	args = append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
 	out, err := exec.CommandContext(ctx, bwrap, args...).CombinedOutput()
 	if answer := strings.TrimSpace(string(out)); err != nil || answer != probeAnswer {

@@ -291,6 +291,12 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		return res, argv, logPath, err
 	}
 	res, argv, err := r.runCarried(ctx, log, job, &cs, start)
+	if _, refused := w.refused(); refused {
+		// Not this runner's to run: nothing of the stopped agent's is
+		// kept, not even the task's state (another runner's may be the
+		// last).
+		return outcome{} // the deferred check sets it
+	}
 	if err != nil {
 		return fail(err)
 	}

@@ -231,6 +231,47 @@ esac
 	}
 }
 
+// When the running state's write comes after the agent's start (it is
+// not waited for) and finds the job done elsewhere, the agent is stopped
+// and nothing of its run is kept: the record stays the other runner's,
+// the message is settled while the agent would still be sleeping, and
+// the task's saved state is not replaced by this worktree's.
+func TestRefusedWriteStopsAStartedAgent(t *testing.T) {
+	e := newEnv(t, "")
+	started := filepath.Join(e.runs, "started")
+	ctx := context.Background()
+	t.Cleanup(runner.SetBeforeRunningWrite(func(jobID string) {
+		natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+			_, err := os.Stat(started)
+			return err
+		})
+		// Another runner's record of the job, done, lands first.
+		st, _, err := e.status.Get(ctx, jobID)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		st.State, st.Attempt, st.Runner = proto.StateDone, 1, "elsewhere"
+		data, _ := json.Marshal(st)
+		if _, err := e.kv.Put(ctx, jobID, data); err != nil {
+			t.Error(err)
+		}
+	}))
+	e.start(e.config("r1", e.script(`echo not-kept > kept.txt; touch $RUNS/started; sleep 60; touch $RUNS/finished`)))
+	j := job("refused-write", "task-refused", proto.KindImplement)
+	e.enqueue(j)
+	e.waitStreamEmpty(30 * time.Second)
+	if st, _, err := e.status.Get(ctx, j.ID); err != nil || st.State != proto.StateDone || st.Runner != "elsewhere" {
+		t.Errorf("record of the job done elsewhere: %+v %v", st, err)
+	}
+	if len(e.lines("finished")) > 0 {
+		t.Error("the agent ran to its end")
+	}
+	if m, err := e.readManifest("task-refused"); err != nil || m != nil {
+		t.Errorf("the stopped run saved the task's state: %+v %v", m, err)
+	}
+}
+
 // The watchdog kills an agent that hangs and its grandchild, and records
 // the timeout.
 func TestWatchdog(t *testing.T) {

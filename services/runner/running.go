@@ -29,6 +29,9 @@ func (r *Runner) writeRunning(ctx context.Context, log *zap.Logger, job *proto.J
 	w := &runningWrite{done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
+		if testHookBeforeRunningWrite != nil {
+			testHookBeforeRunningWrite(job.ID)
+		}
 		st, err := r.status.ApplyFrom(ctx, job, rec.st, rec.rev,
 			status.StartAttempt(attempt, r.cfg.MaxAttempts, r.cfg.Name, logField, time.Now().UTC()).With(r.conf.record))
 		switch {
@@ -50,6 +53,11 @@ func (r *Runner) writeRunning(ctx context.Context, log *zap.Logger, job *proto.J
 	}()
 	return w
 }
+
+// testHookBeforeRunningWrite, set by tests only, runs before the
+// running state's write: a test makes the write come after the agent's
+// start with it, which it does not wait for.
+var testHookBeforeRunningWrite func(jobID string)
 
 // refused waits for the write and returns the outcome the record called
 // for, with true, when it said the job is not to run.

@@ -17,7 +17,8 @@
 // shutdown), fairness.go (admission: the project's slot, priority, fair
 // share), hold.go (a job that may not start now is held) and release.go
 // (the releaser that publishes it again), delivery.go (one delivery:
-// checks, lock, agent), checkout.go (the worktree at the job's head),
+// checks, lock, agent), running.go (the running state, written beside
+// the agent's start), checkout.go (the worktree at the job's head),
 // carry.go (the task's work and session carried over from an earlier
 // attempt, saved for the next), agentcmd.go (the agent's argv and
 // environment, Claude Code's permissions), confine.go (the agent's

@@ -4,7 +4,9 @@
 // task's worktree and the parts of the project's clone git needs, a
 // private HOME and a private /tmp. Nothing of the runner's (its data
 // directory, the other projects' clones, the other tasks' worktrees and
-// homes, the host's /proc) is there.
+// homes, the host's /proc) is there. Its /etc is a copy of the few host
+// files a program needs, only what every user may read, kept current by
+// the runner and bound in one mount (Etc).
 //
 // The process tree of a confined job under the allowlist network, as the
 // runner starts it, each started by the one before:

@@ -256,35 +256,41 @@ func (q *Queue) synced(ctx context.Context, c *conn) {
 // that JOBS holds without one, the job as an absent record (revision 0),
 // which a transition may create.
 //
-// The record is read first: the index learns of records through a watch,
-// so it may still call waiting a job whose record this gateway has just
-// written (a cancel that created it), and a read right after that write
-// must see it.
+// The index says which to read first. A record created after it was read
+// is found by the transition's compare-and-set, which then reads it.
 func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status, uint64, error) {
-	st, rev, err := c.status.Get(ctx, id)
-	if !errors.Is(err, status.ErrNotFound) {
-		return st, rev, err
+	if seq, ok := q.tasks.Waiting(id); ok {
+		job, ok, err := index.JobAt(ctx, c.nc, seq)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			return &proto.Status{Job: *job}, 0, nil
+		}
+		// Taken meanwhile: its record is written.
 	}
-	seq, ok := q.tasks.Waiting(id)
-	if !ok {
-		return nil, 0, err
-	}
-	job, ok, err := index.JobAt(ctx, c.nc, seq)
-	if err != nil {
-		return nil, 0, err
-	}
-	if ok {
-		return &proto.Status{Job: *job}, 0, nil
-	}
-	// Taken between the two reads: its record is written.
 	return c.status.Get(ctx, id)
 }
 
 // Job returns the status record of job id, or, for a job waiting in JOBS
 // with none yet, the job as queued. It returns status.ErrNotFound for a
 // job the gateway does not know.
+//
+// Unlike a transition's read (current), it reads the record first: the
+// index learns of records through a watch, so it may still call waiting
+// a job whose record was written just now (by this gateway's cancel, or
+// a runner that took it), and a read must see that write. A transition
+// needs no such read: its compare-and-set finds the record.
 func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
-	_, st, rev, err := q.settled(ctx, id)
+	c, err := q.ready()
+	if err != nil {
+		return nil, err
+	}
+	q.Settle(ctx, id)
+	st, rev, err := c.status.Get(ctx, id)
+	if errors.Is(err, status.ErrNotFound) {
+		st, rev, err = q.current(ctx, c, id)
+	}
 	if err != nil {
 		return nil, err
 	}

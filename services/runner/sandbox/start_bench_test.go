@@ -31,7 +31,9 @@ import (
 // with orch-sandbox-init forwarding inside each job's sandbox
 // ("pool:bwrap+forwarder+own-init"), and with the supervisor forwarding
 // from a network namespace of its own that the sandbox shares
-// ("pool:bwrap+forwarded", agent.Forwarding). Their supervisor is not
+// ("pool:bwrap+forwarded", agent.Forwarding), and the same with the
+// sandbox's /etc one bound copy, as the runner starts them
+// ("pool:bwrap+forwarded+etc", Etc). Their supervisor is not
 // reaped between runs, so they report the wall clock only.
 func BenchmarkStart(b *testing.B) {
 	exe, _ := os.Executable()
@@ -42,10 +44,21 @@ func BenchmarkStart(b *testing.B) {
 	root := b.TempDir()
 	wt := worktree(b, root)
 	own := testkit.Build(b, b.TempDir(), initPkg)
-	for _, mode := range []string{"none", "bwrap-floor", "bwrap", "bwrap+forwarder", "bwrap+forwarder+own-init", "pool:bwrap+forwarder+own-init", "pool:bwrap+forwarded"} {
+	for _, mode := range []string{"none", "bwrap-floor", "bwrap", "bwrap+forwarder", "bwrap+forwarder+own-init", "pool:bwrap+forwarder+own-init", "pool:bwrap+forwarded", "pool:bwrap+forwarded+etc"} {
 		b.Run(mode, func(b *testing.B) {
 			var pool *agent.Pool
-			forwarded := mode == "pool:bwrap+forwarded"
+			forwarded := strings.HasPrefix(mode, "pool:bwrap+forwarded")
+			var etc string
+			if strings.HasSuffix(mode, "+etc") {
+				e, err := NewEtc("/etc", filepath.Join(b.TempDir(), "etc"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer e.Close()
+				dir, release := e.Acquire()
+				defer release()
+				etc = dir
+			}
 			if strings.HasPrefix(mode, "pool:") {
 				var fwd *agent.Forwarding
 				if forwarded {
@@ -70,7 +83,7 @@ func BenchmarkStart(b *testing.B) {
 					if strings.HasSuffix(mode, "+own-init") {
 						j.Init = own
 					}
-					j.Forwarded = forwarded
+					j.Forwarded, j.Etc = forwarded, etc
 					argv, err = j.Command()
 					if err != nil {
 						b.Fatal(err)

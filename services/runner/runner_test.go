@@ -240,7 +240,11 @@ func TestRefusedWriteStopsAStartedAgent(t *testing.T) {
 	e := newEnv(t, "")
 	started := filepath.Join(e.runs, "started")
 	ctx := context.Background()
+	j := job("refused-write", "task-refused", proto.KindImplement)
 	t.Cleanup(runner.SetBeforeRunningWrite(func(jobID string) {
+		if jobID != j.ID {
+			return // another test's
+		}
 		natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 			_, err := os.Stat(started)
 			return err
@@ -258,7 +262,6 @@ func TestRefusedWriteStopsAStartedAgent(t *testing.T) {
 		}
 	}))
 	e.start(e.config("r1", e.script(`echo not-kept > kept.txt; touch $RUNS/started; sleep 60; touch $RUNS/finished`)))
-	j := job("refused-write", "task-refused", proto.KindImplement)
 	e.enqueue(j)
 	e.waitStreamEmpty(30 * time.Second)
 	if st, _, err := e.status.Get(ctx, j.ID); err != nil || st.State != proto.StateDone || st.Runner != "elsewhere" {

@@ -288,7 +288,7 @@ func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
 	}
 	q.Settle(ctx, id)
 	st, rev, err := c.status.Get(ctx, id)
-	if errors.Is(err, status.ErrNotFound) {
+	if _, waiting := q.tasks.Waiting(id); waiting && errors.Is(err, status.ErrNotFound) {
 		st, rev, err = q.current(ctx, c, id)
 	}
 	if err != nil {

@@ -113,9 +113,7 @@ func Probe(ctx context.Context, init string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	args := append(namespaceArgs(NetAllowlist), systemArgs("")...)
-	args = append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
-	cmd := exec.CommandContext(ctx, path, args...)
+	cmd := exec.CommandContext(ctx, path, probeArgs(NetAllowlist, init)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
@@ -130,6 +128,13 @@ func Probe(ctx context.Context, init string) (string, error) {
 	return path, nil
 }
 
+// probeArgs are bwrap's arguments for a trial sandbox under network n
+// (NetOpen: the starter's own) that runs init in its probe mode.
+func probeArgs(n Network, init string) []string {
+	args := append(namespaceArgs(n), systemArgs("")...)
+	return append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
+}
+
 // ProbeNested tries a job's sandbox started from NetnsCommand's network
 // namespace (Job.Forwarded), with init run inside in its probe mode as
 // Probe does: bwrap within bwrap's user namespace, which a host may
@@ -139,10 +144,7 @@ func ProbeNested(ctx context.Context, bwrap, init string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	args := append(NetnsCommand(bwrap)[1:], bwrap)
-	args = append(args, namespaceArgs(NetOpen)...)
-	args = append(args, systemArgs("")...)
-	args = append(args, "--ro-bind", init, InitPath, "--setenv", initEnv, probeValue, "--", InitPath)
-	out, err := exec.CommandContext(ctx, bwrap, args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bwrap, append(args, probeArgs(NetOpen, init)...)...).CombinedOutput()
 	if answer := strings.TrimSpace(string(out)); err != nil || answer != probeAnswer {
 		if answer == "" && err != nil {
 			answer = err.Error()

@@ -99,8 +99,9 @@ func (r *Runner) claudeDir(job *proto.Job) (string, error) {
 // goes into co's notes: what was restored and from which runner, changes
 // left out for the size bound, a state that could not be read (then the
 // worktree is as prepared, at the remote head), and a resumed session.
-// Nothing here fails the job.
-func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int, co *workspace.Checkout) carried {
+// Nothing here fails the job. found is the state's lookup (Store.Lookup),
+// made while the worktree was checked.
+func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int, co *workspace.Checkout, found taskstate.Found) carried {
 	c := carried{place: taskstate.Place{Project: job.Project, Task: job.Task.ID, Worktree: co.Dir, Head: co.Head}, defaultBranch: p.DefaultBranch}
 	if r.state == nil {
 		return c
@@ -110,7 +111,7 @@ func (r *Runner) carryIn(ctx context.Context, log *zap.Logger, job *proto.Job, p
 		log.Warn("task state: no agent session directory", zap.Error(err))
 	}
 	c.place.ClaudeDir = dir
-	res, err := r.state.Restore(ctx, c.place)
+	res, err := r.state.RestoreFound(ctx, c.place, found)
 	m := res.Manifest
 	switch {
 	case errors.Is(err, taskstate.ErrUnreadable):

@@ -17,6 +17,7 @@ import (
 	"github.com/orch-dev/orch/proto"
 	"github.com/orch-dev/orch/services/runner/agent"
 	"github.com/orch-dev/orch/services/runner/prompt"
+	"github.com/orch-dev/orch/services/runner/taskstate"
 )
 
 // handle runs one delivery of a job and settles its message. It returns
@@ -61,7 +62,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 
 	// The record read here is also what the running state is written
 	// over (see run), unless it changed meanwhile. What might hold the job
-	// is read beside it: neither read waits for the other.
+	// is read beside it, and the queue its admission judges by: none of
+	// the reads waits for another.
+	ahead := r.readAhead(ctx, lockKey(job))
+	defer ahead.close()
 	var (
 		rec         record
 		republished bool
@@ -136,6 +140,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 					log.Warn("releasing", zap.String("key", l.key), zap.Error(err))
 				}
 				cancel()
+				r.changed()
 			}
 		}
 	}()
@@ -148,7 +153,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 		settleAs(unprepared(err))
 		return
 	}
-	s, took, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt, l)
+	s, took, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt, l, ahead)
 	if errors.Is(err, errDeferred) {
 		return
 	}
@@ -228,11 +233,20 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		}
 		return unprepared(err)
 	}
+	// The task's saved state is looked up while the worktree is checked.
+	var (
+		found   taskstate.Found
+		looking sync.WaitGroup
+	)
+	if r.state != nil {
+		looking.Go(func() { found = r.state.Lookup(ctx, job.Project, job.Task.ID) })
+	}
 	co, err := r.prepareTimed(ctx, log, job, p, attempt)
+	looking.Wait()
 	if err != nil {
 		return fail(fmt.Errorf("preparing worktree: %w", err))
 	}
-	cs := r.carryIn(ctx, log, job, p, attempt, &co)
+	cs := r.carryIn(ctx, log, job, p, attempt, &co, found)
 	dir := co.Dir
 	text, err := tmpls.Render(promptData(job, attempt, r.cfg.MaxAttempts, co))
 	if err != nil {

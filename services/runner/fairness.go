@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,16 +55,71 @@ import (
 // still waits for its own project's slot.
 
 // fairness is one runner's admission state. mu makes its admissions one
-// at a time, each reading the slots the one before it took; served is
+// at a time, each seeing the slots the one before it took; served is
 // when each project last had a job admitted here, the round-robin's turn
 // among projects with as many agents running.
 type fairness struct {
 	mu     sync.Mutex
 	served map[string]time.Time
+	// changes counts this runner's takes and releases of slots and task
+	// locks: a queue read made ahead of an admission (readAhead) is used
+	// only when none came after it.
+	changes atomic.Uint64
 	// watchSlotsUntil is when readSlots tries a direct get again after
-	// one failed.
-	watchSlotsUntil time.Time
+	// one failed, in Unix nanoseconds.
+	watchSlotsUntil atomic.Int64
 }
+
+// queueAhead is the queue read for one job's admission while the job's
+// record and holds are read (readAhead).
+type queueAhead struct {
+	done    chan struct{}
+	stop    context.CancelFunc
+	changes uint64
+	v       *queueView
+	err     error
+}
+
+// readAhead starts reading the queue for job's admission, beside the
+// reads that decide whether it is to run at all; admitOnce uses what it
+// read unless this runner took or released a slot or lock since, and
+// reads again otherwise. Other runners' changes meanwhile are no
+// different from those between any read and the creates that follow it:
+// a create finds a key taken. close must be called.
+func (r *Runner) readAhead(ctx context.Context, lockKey string) *queueAhead {
+	ctx, stop := context.WithCancel(ctx)
+	q := &queueAhead{done: make(chan struct{}), stop: stop, changes: r.fair.changes.Load()}
+	go func() {
+		defer close(q.done)
+		q.v, q.err = r.readQueue(ctx, lockKey)
+	}()
+	return q
+}
+
+// take is the view read ahead, nil when it failed or is out of date.
+// The first call waits for the read; later calls return nil (a job
+// waiting for its slot reads the queue again each time).
+func (q *queueAhead) take(changes uint64) *queueView {
+	if q == nil {
+		return nil
+	}
+	<-q.done
+	v := q.v
+	q.v = nil
+	if q.err != nil || q.changes != changes {
+		return nil
+	}
+	return v
+}
+
+// close stops the read and waits for it.
+func (q *queueAhead) close() {
+	q.stop()
+	<-q.done
+}
+
+// changed counts a take or release of a slot or task lock by this runner.
+func (r *Runner) changed() { r.fair.changes.Add(1) }
 
 // deferralsMax is how often a job may be put back for other work.
 const deferralsMax = 5
@@ -184,7 +240,7 @@ func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*regist
 // back at the end of JOBS and returns errDeferred, or returns ctx's cause.
 // The task's lock is taken beside the slot, when the slot is free; took
 // says whether it was (acquireLock waits for it otherwise).
-func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int, lock *taskLock) (slot *taskLock, took bool, err error) {
+func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int, lock *taskLock, ahead *queueAhead) (slot *taskLock, took bool, err error) {
 	deferred, _ := strconv.Atoi(msg.Headers().Get(proto.HeaderDeferred))
 	mayDefer := meta.NumDelivered == 1 && deferred < deferralsMax
 	value, err := json.Marshal(slotValue{Job: job.ID, Kind: string(job.Kind), Attempt: attempt, Runner: r.cfg.Name, Since: time.Now().UTC()})
@@ -194,7 +250,7 @@ func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, 
 	poll := min(r.cfg.AckWait/4, 250*time.Millisecond)
 	waitLogged := false
 	for {
-		slot, took, err := r.admitOnce(ctx, log, msg, meta, job, p, projs, mayDefer, deferred, value, lock, &waitLogged)
+		slot, took, err := r.admitOnce(ctx, log, msg, meta, job, p, projs, mayDefer, deferred, value, lock, ahead, &waitLogged)
 		if slot != nil || err != nil {
 			return slot, took, err
 		}
@@ -204,21 +260,24 @@ func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, 
 	}
 }
 
-// admitOnce reads the queue and admits job (its slot, and the task's lock
-// if free: took), defers it (errDeferred), or returns neither for it to
-// wait. One runner's admissions are one at a time, so each sees the slots
-// the one before took.
+// admitOnce reads the queue (or takes what ahead read) and admits job
+// (its slot, and the task's lock if free: took), defers it
+// (errDeferred), or returns neither for it to wait. One runner's
+// admissions are one at a time, so each sees the slots the one before
+// took.
 func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects,
-	mayDefer bool, deferred int, value []byte, lock *taskLock, waitLogged *bool) (slot *taskLock, took bool, err error) {
+	mayDefer bool, deferred int, value []byte, lock *taskLock, ahead *queueAhead, waitLogged *bool) (slot *taskLock, took bool, err error) {
 	r.fair.mu.Lock()
 	defer r.fair.mu.Unlock()
 	if r.fair.served == nil {
 		r.fair.served = map[string]time.Time{}
 	}
-	v, err := r.readQueue(ctx, lock.key)
-	if err != nil {
-		log.Debug("reading the queue", zap.Error(err))
-		return nil, false, nil
+	v := ahead.take(r.fair.changes.Load())
+	if v == nil {
+		if v, err = r.readQueue(ctx, lock.key); err != nil {
+			log.Debug("reading the queue", zap.Error(err))
+			return nil, false, nil
+		}
 	}
 	limit := limitOf(p, r.cfg.MaxConcurrency)
 	switch judge(v, job, p, projs.reg.Projects(), r.cfg.MaxConcurrency, mayDefer, r.fair.served) {
@@ -241,6 +300,7 @@ func (r *Runner) admitOnce(ctx context.Context, log *zap.Logger, msg jetstream.M
 		taking.Go(func() { lockErr = lock.takeFreed(ctx, v.freed[lock.key]) })
 		slot, err := r.takeSlot(ctx, log, v, job.Project, limit, value)
 		taking.Wait()
+		r.changed()
 		if err != nil {
 			log.Debug("taking a slot", zap.Error(err))
 		}
@@ -270,11 +330,13 @@ func (r *Runner) giveBack(ctx context.Context, log *zap.Logger, l *taskLock) {
 	if err := l.release(rctx); err != nil {
 		log.Warn("giving back the task lock", zap.String("key", l.key), zap.Error(err))
 	}
+	r.changed()
 }
 
 // readQueue reads what waits (JOBS' count per subject) and what runs (the
 // slots), the two reads together, and judges the slots stale by the
-// server's clock of the first. lockKey's delete marker, if that is its
+// server's clock of the first. It may run beside an admission
+// (readAhead). lockKey's delete marker, if that is its
 // last message, is read with the slots (queueView.freed).
 func (r *Runner) readQueue(ctx context.Context, lockKey string) (*queueView, error) {
 	var (
@@ -328,21 +390,20 @@ type slotRead struct {
 	created time.Time
 }
 
-// readSlots reads every slot key in use, with r.fair.mu held, and the
-// revisions of the delete markers of released slots and of the keys
+// readSlots reads every slot key in use, and the revisions of the delete markers of released slots and of the keys
 // named in also (freed). One batched direct get (the last message of each
 // slot's subject, nats-server 2.11 and later) answers in a round trip;
 // when it fails (an older server, a NATS user without DIRECT.GET on the
 // bucket) the slots are read with a KV watch, which creates a consumer
 // and costs a few, for the next directGetRetry, and nothing is freed.
 func (r *Runner) readSlots(ctx context.Context, also ...string) (slots []slotRead, freed map[string]uint64, err error) {
-	if time.Now().After(r.fair.watchSlotsUntil) {
+	if time.Now().UnixNano() > r.fair.watchSlotsUntil.Load() {
 		slots, freed, err := r.lastSlots(ctx, also...)
 		if err == nil || ctx.Err() != nil {
 			return slots, freed, err
 		}
 		r.log.Warn("reading the slots with a watch: a direct get of them failed", zap.Duration("for", directGetRetry), zap.Error(err))
-		r.fair.watchSlotsUntil = time.Now().Add(directGetRetry)
+		r.fair.watchSlotsUntil.Store(time.Now().Add(directGetRetry).UnixNano())
 	}
 	slots, err = r.watchSlots(ctx)
 	return slots, nil, err

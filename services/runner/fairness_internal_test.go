@@ -132,6 +132,39 @@ func TestSlotsReadAsAWatchSeesThem(t *testing.T) {
 	}
 }
 
+// An admission uses the queue read beside its job's other reads only
+// when this runner took and released nothing since the read went out: a
+// slot it took meanwhile is never missed. A read ahead serves once.
+func TestQueueReadAheadMissesNoSlot(t *testing.T) {
+	nc, js, locks := lockServer(t)
+	ctx := context.Background()
+	jobs, err := js.Stream(ctx, proto.StreamJobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{nc: nc, locks: locks, jobsStream: jobs, log: zap.NewNop(), cfg: Config{AckWait: time.Minute}}
+
+	ahead := r.readAhead(ctx, "a.some-task")
+	if _, err := locks.Create(ctx, slotKey("a", 0), []byte(`{"job":"j1","kind":"review"}`)); err != nil {
+		t.Fatal(err)
+	}
+	r.changed()
+	if v := ahead.take(r.fair.changes.Load()); v != nil {
+		t.Errorf("a read from before a slot this runner took was used: %+v", v)
+	}
+	ahead.close()
+
+	ahead = r.readAhead(ctx, "a.some-task")
+	defer ahead.close()
+	v := ahead.take(r.fair.changes.Load())
+	if v == nil || v.running["a"] != 1 {
+		t.Fatalf("read ahead with nothing taken since: %+v, want it used, with a's slot running", v)
+	}
+	if again := ahead.take(r.fair.changes.Load()); again != nil {
+		t.Errorf("a read ahead served twice")
+	}
+}
+
 // BenchmarkReadSlots compares the two ways of reading the slots in use
 // (8 of them) that admission has, on the same server: one direct get,
 // and the KV watch (a consumer created and deleted per read).

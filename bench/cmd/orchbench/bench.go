@@ -38,10 +38,14 @@ type bench struct {
 	gateway  string // base URL
 	client   *http.Client
 	raw      *rawGit // the raw baseline of dispatch and drain
+	// peaks is each service's peak RSS (VmHWM) over the processes of it
+	// that were stopped: the loaded rows take the greatest, whichever
+	// restart came between.
+	peaks map[string]int64
 }
 
 func setup(ctx context.Context, dir string, o options) (*bench, error) {
-	b := &bench{o: o, dir: dir, procs: map[string]*proc.Proc{}}
+	b := &bench{o: o, dir: dir, procs: map[string]*proc.Proc{}, peaks: map[string]int64{}}
 	fmt.Fprintln(os.Stderr, "orchbench: building the services")
 	binDir := filepath.Join(dir, "bin")
 	var err error
@@ -115,6 +119,9 @@ func (b *bench) stop(name string) error {
 		return nil
 	}
 	delete(b.procs, name)
+	if m, err := p.Memory(); err == nil {
+		b.peaks[name] = max(b.peaks[name], m.HWM)
+	}
 	return p.Stop(15 * time.Second)
 }
 

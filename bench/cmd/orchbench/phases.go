@@ -105,6 +105,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		if err := b.stop(name); err != nil {
 			return err
 		}
+		// The runner was restarted between the phases (confined and
+		// not): its peak is the greatest of its processes'.
+		loaded[name] = proc.Memory{RSS: loaded[name].RSS, HWM: b.peaks[name]}
 	}
 
 	log("intake (fsync every write): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
@@ -144,7 +147,7 @@ func (b *bench) all(ctx context.Context, t *table) error {
 			target: "<= 30 MiB", verdict: verdict(idle[name].HWM <= 30<<20)})
 	}
 	t.add(row{what: "peak RSS under intake, gateway", orch: mib(loaded["gateway"].HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
-	t.add(row{what: "peak RSS under dispatch+drain, runner", orch: mib(loaded["runner"].HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
+	t.add(row{what: "peak RSS under dispatch+drain, runner (its processes' greatest)", orch: mib(loaded["runner"].HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
 	t.add(row{what: "peak RSS at end of load, notifier", orch: mib(loaded["notifier"].HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
 	t.add(row{what: fmt.Sprintf("peak RSS, gateway indexing %d jobs", b.o.queueN), orch: mib(deep.HWM), base: "-", ratio: "-", target: "-", verdict: "-"})
 	perJob := float64(deep.RSS-loaded["gateway"].RSS) / float64(b.o.queueN)
@@ -209,12 +212,17 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 	}
 	// The runner confines its agents where bwrap works (auto): the same
 	// work with each agent in bwrap's floor is a confined drain's
-	// baseline, reported beside the unconfined one.
-	var rawFloor float64
+	// baseline, reported beside the unconfined one; and the same jobs
+	// through a runner that does not confine them are the like of the
+	// unconfined baseline, reported beside the judged row.
+	var rawFloor, open float64
 	if b.raw.bwrap, err = exec.LookPath("bwrap"); err == nil {
 		rawFloor, err = b.rawWorkDrain(ctx, b.raw, "drainfloor")
 		b.raw.bwrap = ""
 		if err != nil {
+			return err
+		}
+		if open, err = b.drainWith(ctx, "drainopen-", "ORCH_AGENT_SANDBOX=none"); err != nil {
 			return err
 		}
 	}
@@ -229,10 +237,31 @@ func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any
 	if rawFloor > 0 {
 		t.ratio("drain vs the same work with agents in bwrap's floor", fmt.Sprintf("%.0f/s", drain),
 			fmt.Sprintf("worktree add+agent in floor+ack %.0f/s", rawFloor), drain/rawFloor, true, 0)
+		t.ratio("drain, runner unconfined (ORCH_AGENT_SANDBOX=none)", fmt.Sprintf("%.0f/s", open),
+			fmt.Sprintf("worktree add+agent+ack %.0f/s", rawWork), open/rawWork, true, 0)
 	}
 	t.ratio("drain vs raw pull+ack", fmt.Sprintf("%.0f/s", drain),
 		fmt.Sprintf("pull+ack %.0f/s", rawDrain), drain/rawDrain, true, 0)
 	return nil
+}
+
+// drainWith is drain through a runner restarted with env, then started
+// again as it was.
+func (b *bench) drainWith(ctx context.Context, prefix string, env ...string) (float64, error) {
+	if err := b.stop("runner"); err != nil {
+		return 0, err
+	}
+	if err := b.startRunnerWith(ctx, env...); err != nil {
+		return 0, err
+	}
+	rate, err := b.drainOver(ctx, prefix, project.Key)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.stop("runner"); err != nil {
+		return 0, err
+	}
+	return rate, b.startRunner(ctx)
 }
 
 // fairProjects are the projects the fairness row spreads its jobs over:

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orch-dev/orch/proto"
 )
 
 // Restored is what Restore found and did.
@@ -79,15 +81,43 @@ const skippedOwn = "this runner's worktree is the saved one"
 // back to the head it had. An error wrapping ErrUnreadable means the
 // state could not be read and the worktree is as it was.
 func (s *Store) Restore(ctx context.Context, pl Place) (Restored, error) {
+	return s.RestoreFound(ctx, pl, s.Lookup(ctx, pl.Project, pl.Task))
+}
+
+// Found is what Lookup found: the info of the task's saved state, nil
+// when it has none.
+type Found struct {
+	info *jetstream.ObjectInfo
+	err  error
+}
+
+// Lookup reads the info of the task's saved state, Restore's first read.
+// It needs no worktree, so it can go out while the worktree is checked;
+// RestoreFound takes its answer.
+func (s *Store) Lookup(ctx context.Context, project, task string) Found {
+	info, err := s.Obj.GetInfo(ctx, proto.TaskStateKey(project, task))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return Found{}
+	}
+	return Found{info: info, err: err}
+}
+
+// RestoreFound is Restore of the state f found, f being Lookup's answer
+// for pl's task.
+func (s *Store) RestoreFound(ctx context.Context, pl Place, f Found) (Restored, error) {
+	switch {
+	case f.err != nil:
+		return Restored{}, fmt.Errorf("getting the task's state: %w", f.err)
+	case f.info == nil:
+		return Restored{}, nil
+	}
 	// The state this store put last, still the object the store holds,
 	// of a worktree still at its head: the worktree is the saved one, and
 	// the object's info says so without reading the state or the
 	// worktree (the next job of a task on the same runner).
-	if l := s.memo.get(pl.key()); l.saved != nil && pl.Head != "" && pl.Head == l.saved.Head {
-		if info, err := s.Obj.GetInfo(ctx, pl.key()); err == nil && info.NUID == l.nuid {
-			m := *l.saved
-			return Restored{Manifest: &m, Skipped: skippedOwn}, nil
-		}
+	if l := s.memo.get(pl.key()); l.saved != nil && pl.Head != "" && pl.Head == l.saved.Head && f.info.NUID == l.nuid {
+		m := *l.saved
+		return Restored{Manifest: &m, Skipped: skippedOwn}, nil
 	}
 	tmp, err := os.MkdirTemp(s.TempDir, "taskstate-restore-")
 	if err != nil {

@@ -342,8 +342,14 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 		if takeSpare(w.repo(repo.Project), gitDir, dir, branch, start, repo.Sparse) {
 			return start, true, nil
 		}
+		tracks := start == "refs/remotes/origin/"+branch
+		if len(repo.Sparse) == 0 {
+			if commit, err := readRef(gitDir, start); err == nil && addByHand(ctx, gitDir, dir, branch, commit, tracks) {
+				return start, false, nil
+			}
+		}
 		track := "--no-track"
-		if start == "refs/remotes/origin/"+branch {
+		if tracks {
 			track = "--track"
 		}
 		add = append(add, track, "-b", branch, dir, start)

@@ -124,8 +124,8 @@ func TestNewWorktreeAndPackedRefs(t *testing.T) {
 // its head, starts without running git at all: the branch name, the
 // worktree that holds the branch, the refs and a clean status are read
 // in-process. A new task with no branch on the remote (a work item's
-// first job) runs one, the "worktree add". (Each git process costs
-// milliseconds before the agent starts.)
+// first job) runs one, the new worktree's checkout (handmade.go). (Each
+// git process costs milliseconds before the agent starts.)
 func TestGitProcessesOfAJob(t *testing.T) {
 	o, a := newOrigin(t)
 	ws, repo := o.setup()
@@ -149,8 +149,8 @@ func TestGitProcessesOfAJob(t *testing.T) {
 	if co.Head != main || co.Branch != "agent/wid-41" || co.Unpushed != 0 || len(co.Notes) != 0 {
 		t.Fatalf("new task: %+v, want agent/wid-41 at main %s and no notes", co, main)
 	}
-	if len(ran) != 1 || !strings.HasPrefix(ran[0], "git worktree add") {
-		t.Errorf("the new task ran git %d times, want once (worktree add):\n%s", len(ran), strings.Join(ran, "\n"))
+	if len(ran) != 1 || ran[0] != "git read-tree --reset -u HEAD" {
+		t.Errorf("the new task ran git %d times, want once (the checkout):\n%s", len(ran), strings.Join(ran, "\n"))
 	}
 }
 

@@ -85,6 +85,10 @@ func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
 	if len(repo.Sparse) > 0 {
 		add = append(add, "--no-checkout")
 	}
+	if len(repo.Sparse) == 0 && addByHand(ctx, gitDir, dir, "", commit, false) {
+		rs.spare = &spare{dir: dir, commit: commit}
+		return nil
+	}
 	if _, err := git(ctx, gitDir, append(add, dir, commit)...); err != nil {
 		return fmt.Errorf("adding the spare worktree of %s: %w", repo.Project, err)
 	}

@@ -87,7 +87,7 @@ func TestSpareBecomesANewTask(t *testing.T) {
 	co, ran = gitCalls(t, func() (workspace.Checkout, error) {
 		return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-4", Since: time.Now()})
 	})
-	if co.Head != newMain || co.Made != workspace.MadeByAdd || !strings.Contains(strings.Join(ran, "\n"), "git worktree add") {
+	if co.Head != newMain || co.Made != workspace.MadeByAdd || !strings.Contains(strings.Join(ran, "\n"), "git read-tree") {
 		t.Errorf("new task after the remote moved: head %s (want %s), git ran:\n%s", co.Head, newMain, strings.Join(ran, "\n"))
 	}
 	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {

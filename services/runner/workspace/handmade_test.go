@@ -1,0 +1,74 @@
+package workspace_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// A worktree made in-process (handmade.go) is one git knows as its own:
+// listed on its branch, clean, kept by a prune, its branch tracking the
+// remote's where the task's branch was pushed. A worktree whose name the
+// clone already records (here the spare's, named after the project) is
+// left to "worktree add", which names it otherwise, and both stay sound.
+func TestHandMadeWorktreesAreGits(t *testing.T) {
+	ctx := context.Background()
+	o, _ := newOrigin(t)
+	ws, repo := o.setup()
+	gitDir, err := ws.RepoDir(repo.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	co := prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
+	if co.Made != workspace.MadeByAdd {
+		t.Fatalf("new task's worktree made %v, want by add", co.Made)
+	}
+	gitOut(t, gitDir, "worktree", "prune")
+	if list := gitOut(t, gitDir, "worktree", "list", "--porcelain"); !strings.Contains(list, "worktree "+co.Dir+"\nHEAD "+co.Head+"\nbranch refs/heads/agent/wid-1") {
+		t.Errorf("git lists\n%s\nwithout %s on agent/wid-1 at %s", list, co.Dir, co.Head)
+	}
+	if st := gitOut(t, co.Dir, "status", "--porcelain", "--untracked-files=all"); st != "" {
+		t.Errorf("new worktree not clean: %q", st)
+	}
+	if _, err := gitRun(co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); err == nil {
+		t.Error("a branch made from main tracks something")
+	}
+
+	// The task's branch was pushed, somewhere else than main's head.
+	gitOut(t, o.author, "checkout", "-q", "-b", "agent/wid-2", "main")
+	pushed := o.commit("wid-2.txt", "pushed\n")
+	co = prepare(t, ws, repo, workspace.Want{Task: "wid-2", Since: time.Now()})
+	if co.Head != pushed {
+		t.Fatalf("wid-2 at %s, want its pushed branch at %s", co.Head, pushed)
+	}
+	if up := gitOut(t, co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); up != "origin/agent/wid-2" {
+		t.Errorf("wid-2 tracks %q, want origin/agent/wid-2", up)
+	}
+
+	// The spare is recorded as "widgets"; so would be task widgets'
+	// worktree.
+	if err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, o.author, "checkout", "-q", "-b", "agent/widgets", "main")
+	o.commit("widgets.txt", "elsewhere\n")
+	co = prepare(t, ws, repo, workspace.Want{Task: "widgets", Since: time.Now()})
+	spare := filepath.Join(ws.Root, "spares", repo.Project)
+	if own, theirs := gitOut(t, co.Dir, "rev-parse", "--git-dir"), gitOut(t, spare, "rev-parse", "--git-dir"); own == theirs || filepath.Base(theirs) != "widgets" {
+		t.Errorf("task widgets' record %s, the spare's %s: want the spare's named widgets, the task's otherwise", own, theirs)
+	}
+	list := gitOut(t, gitDir, "worktree", "list", "--porcelain")
+	for _, dir := range []string{co.Dir, spare} {
+		if !strings.Contains(list, "worktree "+dir+"\n") {
+			t.Errorf("git lists\n%s\nwithout %s", list, dir)
+		}
+		if st := gitOut(t, dir, "status", "--porcelain"); st != "" {
+			t.Errorf("%s not clean: %q", dir, st)
+		}
+	}
+}

@@ -14,12 +14,15 @@ package workspace
 // and its .git file, all as git writes them (absolute paths); then one
 // "git read-tree --reset -u HEAD" writes its index and its files, and the
 // branch is set to track its remote branch where it should (setUpstream).
-// A name the clone already records, a sparse checkout, or any step that
-// fails leaves it to "worktree add" as before, once what was written is
-// undone.
+// The record is named after the directory, as git names it, or with a
+// random suffix when the clone has that name (newRecord). A sparse
+// checkout, or any step that fails, leaves it to "worktree add" as
+// before, once what was written is undone.
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,12 +37,9 @@ func addByHand(ctx context.Context, gitDir, dir, branch, commit string, track bo
 	if !isOID(commit) || track && strings.ContainsAny(branch, "\"\\\n") || !filepath.IsAbs(dir) {
 		return false
 	}
-	rec := filepath.Join(gitDir, "worktrees", filepath.Base(dir))
-	if err := os.MkdirAll(filepath.Dir(rec), 0o755); err != nil {
+	rec, ok := newRecord(gitDir, filepath.Base(dir))
+	if !ok {
 		return false
-	}
-	if err := os.Mkdir(rec, 0o755); err != nil {
-		return false // a name the clone has: git picks another
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		_ = os.RemoveAll(rec)
@@ -49,7 +49,7 @@ func addByHand(ctx context.Context, gitDir, dir, branch, commit string, track bo
 	if branch != "" {
 		head = "ref: refs/heads/" + branch + "\n"
 	}
-	ok := writeFile(filepath.Join(rec, "commondir"), "../..\n") == nil &&
+	ok = writeFile(filepath.Join(rec, "commondir"), "../..\n") == nil &&
 		writeFile(filepath.Join(rec, "gitdir"), filepath.Join(dir, ".git")+"\n") == nil &&
 		writeFile(filepath.Join(rec, "HEAD"), head) == nil &&
 		writeFile(filepath.Join(dir, ".git"), "gitdir: "+rec+"\n") == nil
@@ -73,4 +73,24 @@ func addByHand(ctx context.Context, gitDir, dir, branch, commit string, track bo
 		}
 	}
 	return ok
+}
+
+// newRecord creates the directory of a new worktree record in gitDir:
+// worktrees/<name> as git would name it, or, when the clone has that name
+// already (a record keeps its name when its worktree moves, as a spare
+// taken does), the name with a random suffix, where git counts up through
+// the names it has.
+func newRecord(gitDir, name string) (string, bool) {
+	records := filepath.Join(gitDir, "worktrees")
+	if err := os.MkdirAll(records, 0o755); err != nil {
+		return "", false
+	}
+	rec := filepath.Join(records, name)
+	if os.Mkdir(rec, 0o755) == nil {
+		return rec, true
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	rec += "-" + hex.EncodeToString(b[:])
+	return rec, os.Mkdir(rec, 0o755) == nil
 }

@@ -13,8 +13,10 @@ import (
 // A worktree made in-process (handmade.go) is one git knows as its own:
 // listed on its branch, clean, kept by a prune, its branch tracking the
 // remote's where the task's branch was pushed. A worktree whose name the
-// clone already records (here the spare's, named after the project) is
-// left to "worktree add", which names it otherwise, and both stay sound.
+// clone already records (a task named like the project's spare, a spare
+// made after one was taken and kept its record's name) gets a name of its
+// own, and all stay sound; each is made with one git process, the
+// checkout.
 func TestHandMadeWorktreesAreGits(t *testing.T) {
 	ctx := context.Background()
 	o, _ := newOrigin(t)
@@ -52,18 +54,32 @@ func TestHandMadeWorktreesAreGits(t *testing.T) {
 
 	// The spare is recorded as "widgets"; so would be task widgets'
 	// worktree.
-	if err := ws.MakeSpare(ctx, repo); err != nil {
-		t.Fatal(err)
+	makeSpare := func() {
+		t.Helper()
+		if _, ran := gitCalls(t, func() (workspace.Checkout, error) { return workspace.Checkout{}, ws.MakeSpare(ctx, repo) }); len(ran) != 1 || ran[0] != "git read-tree --reset -u HEAD" {
+			t.Errorf("making the spare ran git %d times, want once (the checkout):\n%s", len(ran), strings.Join(ran, "\n"))
+		}
 	}
+	makeSpare()
 	gitOut(t, o.author, "checkout", "-q", "-b", "agent/widgets", "main")
 	o.commit("widgets.txt", "elsewhere\n")
 	co = prepare(t, ws, repo, workspace.Want{Task: "widgets", Since: time.Now()})
 	spare := filepath.Join(ws.Root, "spares", repo.Project)
+	if co.Made != workspace.MadeByAdd {
+		t.Fatalf("task widgets made %v, want by add", co.Made)
+	}
 	if own, theirs := gitOut(t, co.Dir, "rev-parse", "--git-dir"), gitOut(t, spare, "rev-parse", "--git-dir"); own == theirs || filepath.Base(theirs) != "widgets" {
 		t.Errorf("task widgets' record %s, the spare's %s: want the spare's named widgets, the task's otherwise", own, theirs)
 	}
+	// A new task at main's head takes the spare; the next spare's name
+	// is still the old one's record.
+	taken := prepare(t, ws, repo, workspace.Want{Task: "wid-3", Since: time.Now()})
+	if taken.Made != workspace.MadeFromSpare {
+		t.Fatalf("wid-3 made %v, want from the spare", taken.Made)
+	}
+	makeSpare()
 	list := gitOut(t, gitDir, "worktree", "list", "--porcelain")
-	for _, dir := range []string{co.Dir, spare} {
+	for _, dir := range []string{co.Dir, spare, taken.Dir} {
 		if !strings.Contains(list, "worktree "+dir+"\n") {
 			t.Errorf("git lists\n%s\nwithout %s", list, dir)
 		}

@@ -12,8 +12,8 @@ package workspace
 // task's branch made at that commit and checked out, all in-process, with
 // no file of the tree written. git's index keeps each file's stat data,
 // which a rename of the directory above does not change, so the worktree
-// is as clean as git left it. A new task that starts anywhere else gets
-// "worktree add" as before.
+// is as clean as git left it. A new task that starts anywhere else gets a
+// worktree of its own (handmade.go).
 //
 // MakeSpare makes the next one off the job's path (the runner calls it
 // when a job ends); a spare whose commit the remote has left behind is
@@ -81,13 +81,13 @@ func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("creating the spare worktree's parent: %w", err)
 	}
-	add := []string{"worktree", "add", "--quiet", "--detach"}
-	if len(repo.Sparse) > 0 {
-		add = append(add, "--no-checkout")
-	}
 	if len(repo.Sparse) == 0 && addByHand(ctx, gitDir, dir, "", commit, false) {
 		rs.spare = &spare{dir: dir, commit: commit}
 		return nil
+	}
+	add := []string{"worktree", "add", "--quiet", "--detach"}
+	if len(repo.Sparse) > 0 {
+		add = append(add, "--no-checkout")
 	}
 	if _, err := git(ctx, gitDir, append(add, dir, commit)...); err != nil {
 		return fmt.Errorf("adding the spare worktree of %s: %w", repo.Project, err)

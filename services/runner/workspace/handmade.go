@@ -69,7 +69,7 @@ func addByHand(ctx context.Context, gitDir, dir, branch, commit string, track bo
 		_ = os.RemoveAll(dir)
 		_ = os.RemoveAll(rec)
 		if branched {
-			_ = os.Remove(filepath.Join(gitDir, "refs", "heads", filepath.FromSlash(branch)))
+			removeBranch(gitDir, branch)
 		}
 	}
 	return ok

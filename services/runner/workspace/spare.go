@@ -158,7 +158,7 @@ func takeSpare(rs *repoState, gitDir, dir, branch, start string, sparse []string
 			_ = writeFile(filepath.Join(own, "HEAD"), s.commit+"\n")
 		}
 		if branched {
-			_ = os.Remove(filepath.Join(gitDir, "refs", "heads", filepath.FromSlash(branch)))
+			removeBranch(gitDir, branch)
 		}
 		_ = writeFile(filepath.Join(own, "gitdir"), filepath.Join(s.dir, ".git")+"\n")
 		_ = os.Rename(dir, s.dir)
@@ -183,6 +183,11 @@ func createBranch(gitDir, branch, oid string) error {
 		return err
 	}
 	return commitLock(lock, p, []byte(oid+"\n"))
+}
+
+// removeBranch removes the loose ref createBranch made.
+func removeBranch(gitDir, branch string) {
+	_ = os.Remove(filepath.Join(gitDir, "refs", "heads", filepath.FromSlash(branch)))
 }
 
 // setUpstream makes branch track origin/<branch>, as "worktree add

@@ -339,12 +339,15 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 		// A branch made from its own remote branch tracks it, as the
 		// worktree's job wants (see bringToHead), without another git
 		// process to say so.
-		if takeSpare(w.repo(repo.Project), gitDir, dir, branch, start, repo.Sparse) {
-			return start, true, nil
-		}
+		// The start's commit, read once for the spare and the worktree
+		// made in-process; a ref the readers cannot read leaves both to
+		// "worktree add".
 		tracks := start == "refs/remotes/origin/"+branch
-		if len(repo.Sparse) == 0 {
-			if commit, err := readRef(gitDir, start); err == nil && addByHand(ctx, gitDir, dir, branch, commit, tracks) {
+		if commit, err := readRef(gitDir, start); err == nil {
+			if takeSpare(w.repo(repo.Project), gitDir, dir, branch, commit, tracks, repo.Sparse) {
+				return start, true, nil
+			}
+			if len(repo.Sparse) == 0 && addByHand(ctx, gitDir, dir, branch, commit, tracks) {
 				return start, false, nil
 			}
 		}

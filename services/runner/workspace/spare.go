@@ -118,16 +118,12 @@ func removeSpare(ctx context.Context, gitDir, dir string) error {
 }
 
 // takeSpare makes the spare worktree the task's at dir, on a new branch
-// at start, when the spare is at start's commit with the repository's
-// sparse directories; it reports whether it did. The caller holds rs.mu,
-// and branch does not exist.
-func takeSpare(rs *repoState, gitDir, dir, branch, start string, sparse []string) bool {
+// at commit (tracking origin/<branch> when track), when the spare is at
+// that commit with the repository's sparse directories; it reports
+// whether it did. The caller holds rs.mu, and branch does not exist.
+func takeSpare(rs *repoState, gitDir, dir, branch, commit string, track bool, sparse []string) bool {
 	s := rs.spare
-	track := start == "refs/remotes/origin/"+branch
-	if s == nil || !slices.Equal(s.sparse, sparse) || track && strings.ContainsAny(branch, "\"\\\n") {
-		return false
-	}
-	if commit, err := readRef(gitDir, start); err != nil || commit != s.commit {
+	if s == nil || commit != s.commit || !slices.Equal(s.sparse, sparse) || track && strings.ContainsAny(branch, "\"\\\n") {
 		return false
 	}
 	own, err := worktreeGitDir(s.dir)

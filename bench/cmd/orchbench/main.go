@@ -40,7 +40,7 @@ func main() {
 	flag.StringVar(&o.keep, "keep", "", "keep the work directory (logs, store) here instead of a temporary one")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of this process (the JetStream server and the load driver) here")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "sample the gateway (intake) and the runner (drain) with perf into this directory")
-	flag.StringVar(&o.only, "only", "", "run only this phase: dispatch (the two low-rate dispatch rows), drain (the drain rows), intake (the intake rows), egress (model requests through the egress proxy), fairness (drain over 4 projects vs one) or taskstate (saving and restoring a task's state), with their baselines")
+	flag.StringVar(&o.only, "only", "", "run only this phase: dispatch (the two low-rate dispatch rows), drain (the drain rows), intake (the intake rows), egress (model requests through the egress proxy), fairness (drain over 4 projects vs one), pickup (new tasks at -rate) or taskstate (saving and restoring a task's state), with their baselines")
 	flag.BoolVar(&o.big, "big", false, "run only the big-repository bench (make bench-big)")
 	flag.IntVar(&o.bigFiles, "big-files", 50_000, "files of the generated repository (-big)")
 	flag.IntVar(&o.bigCommits, "big-commits", 10_000, "commits of the generated repository's history (-big)")
@@ -120,8 +120,10 @@ func run(ctx context.Context, o options) error {
 		phases = b.fairnessOnly
 	case o.only == "taskstate":
 		phases = b.taskStateOnly
+	case o.only == "pickup":
+		phases = b.pickupOnly
 	case o.only != "":
-		return fmt.Errorf("-only %q: the phases that run alone are dispatch, drain, intake, egress, fairness and taskstate", o.only)
+		return fmt.Errorf("-only %q: the phases that run alone are dispatch, pickup, drain, intake, egress, fairness and taskstate", o.only)
 	}
 	if err := phases(ctx, t); err != nil {
 		t.print(os.Stdout)

@@ -70,25 +70,9 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		return err
 	}
 
-	log("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
-	rawPickup, err := b.rawPickup(ctx)
-	if err != nil {
+	if err := b.pickupRows(ctx, t, log); err != nil {
 		return err
 	}
-	pickup, dispatch, behind, err := b.pickup(ctx)
-	if err != nil {
-		return err
-	}
-	t.add(row{what: fmt.Sprintf("new tasks at %d/s: jobs not started when sending ends", b.o.rate), orch: strconv.Itoa(behind),
-		base: "-", ratio: "-", target: fmt.Sprintf("<= %d (slots)", b.o.concurrency), verdict: verdict(behind <= b.o.concurrency)})
-	t.ratio(fmt.Sprintf("pickup p50 at %d/s: accepted -> runner holds job", b.o.rate), stats.Ms(pickup.P50()),
-		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(pickup.P50(), rawPickup.P50()), false, 0)
-	t.ratio("pickup p99", stats.Ms(pickup.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
-		ratio(pickup.P99(), rawPickup.P99()), false, 0)
-	t.ratio(fmt.Sprintf("dispatch p50 at %d/s: accepted -> agent started", b.o.rate), stats.Ms(dispatch.P50()),
-		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(dispatch.P50(), rawPickup.P50()), false, 0)
-	t.ratio("dispatch p99", stats.Ms(dispatch.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
-		ratio(dispatch.P99(), rawPickup.P99()), false, 0)
 
 	if err := b.drainRows(ctx, t, log); err != nil {
 		return err
@@ -167,6 +151,44 @@ func (b *bench) dispatchOnly(ctx context.Context, t *table) error {
 		return err
 	}
 	return b.dispatchRows(ctx, t, log)
+}
+
+// pickupRows sends new-task webhooks at b.o.rate for b.o.rateFor and
+// reports how far the runner falls behind, against raw publish->consume.
+func (b *bench) pickupRows(ctx context.Context, t *table, log func(string, ...any)) error {
+	log("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
+	rawPickup, err := b.rawPickup(ctx)
+	if err != nil {
+		return err
+	}
+	pickup, dispatch, behind, err := b.pickup(ctx)
+	if err != nil {
+		return err
+	}
+	t.add(row{what: fmt.Sprintf("new tasks at %d/s: jobs not started when sending ends", b.o.rate), orch: strconv.Itoa(behind),
+		base: "-", ratio: "-", target: fmt.Sprintf("<= %d (slots)", b.o.concurrency), verdict: verdict(behind <= b.o.concurrency)})
+	t.ratio(fmt.Sprintf("pickup p50 at %d/s: accepted -> runner holds job", b.o.rate), stats.Ms(pickup.P50()),
+		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(pickup.P50(), rawPickup.P50()), false, 0)
+	t.ratio("pickup p99", stats.Ms(pickup.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
+		ratio(pickup.P99(), rawPickup.P99()), false, 0)
+	t.ratio(fmt.Sprintf("dispatch p50 at %d/s: accepted -> agent started", b.o.rate), stats.Ms(dispatch.P50()),
+		"publish->consume "+stats.Ms(rawPickup.P50()), ratio(dispatch.P50(), rawPickup.P50()), false, 0)
+	t.ratio("dispatch p99", stats.Ms(dispatch.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
+		ratio(dispatch.P99(), rawPickup.P99()), false, 0)
+	return nil
+}
+
+// pickupOnly runs the pickup rows alone (-only pickup), with the gateway
+// and the runner started.
+func (b *bench) pickupOnly(ctx context.Context, t *table) error {
+	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	if err := b.startGateway(ctx); err != nil {
+		return err
+	}
+	if err := b.startRunner(ctx); err != nil {
+		return err
+	}
+	return b.pickupRows(ctx, t, log)
 }
 
 // egressOnly runs the egress proxy rows alone (-only egress): they need
@@ -382,18 +404,39 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 // each job's head is already in the clone, as it is when the branch was
 // pushed from the runner's own worktree by an earlier job of the task.
 func (b *bench) pushBranches(ctx context.Context, prefix string, n int) (string, error) {
-	repo := filepath.Join(b.dir, "repo")
-	out, err := gitRun(ctx, repo, "rev-parse", "main")
+	head, err := b.mainHead(ctx)
 	if err != nil {
 		return "", err
 	}
-	head := strings.TrimSpace(out)
 	for i := range n {
-		if _, err := gitRun(ctx, repo, "branch", "--force", fmt.Sprintf("agent/%s-%d", prefix, i), head); err != nil {
+		if err := b.pushBranch(prefix, i, head); err != nil {
 			return "", err
 		}
 	}
 	return head, nil
+}
+
+// mainHead is the commit at the head of main in the project's repository.
+func (b *bench) mainHead(ctx context.Context) (string, error) {
+	out, err := gitRun(ctx, filepath.Join(b.dir, "repo"), "rev-parse", "main")
+	return strings.TrimSpace(out), err
+}
+
+// pushBranch makes the head branch agent/<prefix>-<i> of a pull request
+// on the project's repository, at head: it writes the loose ref as git
+// does (a file renamed into place, so a fetch never reads half of one),
+// without a git process competing with the runner for the CPU while the
+// pickup phase pushes a branch a webhook.
+func (b *bench) pushBranch(prefix string, i int, head string) error {
+	ref := filepath.Join(b.dir, "repo", ".git", "refs", "heads", "agent", fmt.Sprintf("%s-%d", prefix, i))
+	if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
+		return err
+	}
+	tmp := ref + ".lock"
+	if err := os.WriteFile(tmp, []byte(head+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, ref)
 }
 
 // intakeRows measures intake through the gateway at base against raw

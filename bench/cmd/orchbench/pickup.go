@@ -93,11 +93,17 @@ type sent struct {
 }
 
 // sendPaced sends ds at rate per second and returns what it sent, in
-// order.
-func (b *bench) sendPaced(ctx context.Context, ds []gitea.Delivery, ns []int, rate int) ([]sent, error) {
+// order. before, when set, runs just before each send, outside its time.
+func (b *bench) sendPaced(ctx context.Context, ds []gitea.Delivery, ns []int, rate int, before func(i int) error) ([]sent, error) {
 	out := make([]sent, len(ds))
 	var serr atomic.Pointer[error]
 	paced(len(ds), rate, func(i int) {
+		if before != nil {
+			if err := before(i); err != nil {
+				serr.Store(&err)
+				return
+			}
+		}
 		t0 := time.Now()
 		id, err := b.send(ctx, ds[i], ns[i])
 		out[i] = sent{id: id, sent: t0, accepted: time.Now()}
@@ -138,13 +144,19 @@ func (b *bench) waitStarts(ctx context.Context, ss []sent) (map[string]time.Time
 // per job, accepted -> running (the status record's started_at) and
 // accepted -> agent started, and how many jobs were accepted but not yet
 // started when the last webhook was answered: a runner that keeps up
-// has no more of those than it has slots.
+// has no more of those than it has slots. Each pull request's head
+// branch is pushed to origin just before its webhook is sent, as when a
+// person opens one, so the runner's clone must fetch to find it.
 func (b *bench) pickup(ctx context.Context) (pickup, dispatch stats.Sample, behind int, err error) {
-	ds, ns, err := newTaskDeliveries("burst", b.rateN())
+	head, err := b.mainHead(ctx)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	ss, err := b.sendPaced(ctx, ds, ns, b.o.rate)
+	ds, ns, err := branchDeliveries("burst", b.rateN(), head)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	ss, err := b.sendPaced(ctx, ds, ns, b.o.rate, func(i int) error { return b.pushBranch("burst", i, head) })
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -183,7 +195,7 @@ func (b *bench) pickup(ctx context.Context) (pickup, dispatch stats.Sample, behi
 // dispatch sends ds one at a time at b.o.dispatchRate and returns, per
 // job, webhook sent -> agent started.
 func (b *bench) dispatch(ctx context.Context, ds []gitea.Delivery, ns []int) (stats.Sample, error) {
-	ss, err := b.sendPaced(ctx, ds, ns, b.o.dispatchRate)
+	ss, err := b.sendPaced(ctx, ds, ns, b.o.dispatchRate, nil)
 	if err != nil {
 		return nil, err
 	}

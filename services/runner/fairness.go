@@ -38,9 +38,14 @@ import (
 //   - Fair share and priority. The runner reads what waits, by subject
 //     (JOBS' message count per jobs.<project>.<kind>, less the running
 //     slots), and defers the job, publishing it again at the end of JOBS
-//     and acking this copy, when another project with fewer agents running
-//     has work waiting and room for it, or when a job of a higher priority
-//     of its own project waits. The stream is walked past the deferred
+//     and acking this copy, when another project with work waiting and
+//     room for it has none running while the job's own has some, or two
+//     fewer running than the job's own, or none like it and was served
+//     longer ago (the round-robin's turn); or when a job of a higher
+//     priority of its own project waits. A difference of one agent is
+//     left to the stream's order: over projects whose jobs take turns in
+//     the stream, deferring for it would put back more than one job for
+//     each job run (a publish and an ack each), to move one agent. The stream is walked past the deferred
 //     jobs to the one that should run; a deferral costs a publish and an
 //     ack, nothing is lost (the copy is stored before the original goes)
 //     and no attempt is burnt.
@@ -57,7 +62,7 @@ import (
 // fairness is one runner's admission state. mu makes its admissions one
 // at a time, each seeing the slots the one before it took; served is
 // when each project last had a job admitted here, the round-robin's turn
-// among projects with as many agents running.
+// among projects with none running.
 type fairness struct {
 	mu     sync.Mutex
 	served map[string]time.Time
@@ -207,15 +212,13 @@ func (v *queueView) queuedOf(project string) int {
 // served is when each project last had a job admitted.
 func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*registry.Project, global int, mayDefer bool, served map[string]time.Time) admission {
 	running := v.running[job.Project]
-	otherWaits, fewerRunning := false, false
+	otherWaits, otherBehind := false, false
 	for _, q := range projects {
 		if q.Key == job.Project || v.queuedOf(q.Key) == 0 || v.running[q.Key] >= limitOf(q, global) {
 			continue
 		}
 		otherWaits = true
-		// Fewer agents running, or as many and its turn: served longer ago.
-		fewerRunning = fewerRunning || v.running[q.Key] < running ||
-			v.running[q.Key] == running && served[q.Key].Before(served[job.Project])
+		otherBehind = otherBehind || behind(v.running[q.Key], running, served[q.Key].Before(served[job.Project]))
 	}
 	switch {
 	case running >= limitOf(p, global) && mayDefer && otherWaits:
@@ -224,7 +227,7 @@ func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*regist
 		return admitWait
 	case !mayDefer:
 		return admitRun
-	case fewerRunning:
+	case otherBehind:
 		return admitDefer
 	}
 	mine := p.PriorityOf(job.Kind)
@@ -234,6 +237,21 @@ func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*regist
 		}
 	}
 	return admitRun
+}
+
+// behind says whether a project with work waiting and other agents
+// running should have the next slot before one with running: it has
+// none while the other has some, or two fewer, or none like the other
+// and it is its turn (served longer ago).
+func behind(other, running int, itsTurn bool) bool {
+	switch {
+	case other == 0 && running == 0:
+		return itsTurn
+	case other == 0:
+		return true
+	default:
+		return other+2 <= running
+	}
 }
 
 // admit waits until job may run and returns its project slot, or puts it

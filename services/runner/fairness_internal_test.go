@@ -13,9 +13,10 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// judge's rows: limits first, then fair share (fewer running, then the
-// round-robin's turn), then priority; a job that may not be deferred runs
-// when its project has room and waits when it has none.
+// judge's rows: limits first, then fair share (another project with
+// none running, or two fewer; among projects with none, the round-robin's
+// turn), then priority; a job that may not be deferred runs when its
+// project has room and waits when it has none.
 func TestJudge(t *testing.T) {
 	a := &registry.Project{Key: "a"}
 	b := &registry.Project{Key: "b"}
@@ -39,8 +40,11 @@ func TestJudge(t *testing.T) {
 		{"nothing else waits", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
 		{"another project with fewer running waits", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitDefer},
 		{"another with more running waits", view(map[string]int{"a": 0, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
-		{"as many running, the other's turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitDefer},
-		{"as many running, its own turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"b": t0}, admitRun},
+		{"one fewer running: left to the stream's order", view(map[string]int{"a": 2, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitRun},
+		{"two fewer running", view(map[string]int{"a": 3, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitDefer},
+		{"as many running, the other's turn: left to the stream's order", view(map[string]int{"a": 1, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitRun},
+		{"none running either, the other's turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitDefer},
+		{"none running either, its own turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"b": t0}, admitRun},
 		{"the other at its limit", view(map[string]int{"a": 1, "one": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "one": {implement: 3}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
 		{"at its limit, other work waits", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}, "b": {implement: 1}}), &proto.Job{Project: "one", Kind: implement}, one, true, nil, admitDefer},
 		{"at its limit, nothing else waits", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}}), &proto.Job{Project: "one", Kind: implement}, one, true, nil, admitWait},

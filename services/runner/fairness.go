@@ -42,13 +42,13 @@ import (
 //     room for it has none running while the job's own has some, or two
 //     fewer running than the job's own, or none like it and was served
 //     longer ago (the round-robin's turn); or when a job of a higher
-//     priority of its own project waits. A difference of one agent is
-//     left to the stream's order: over projects whose jobs take turns in
-//     the stream, deferring for it would put back more than one job for
-//     each job run (a publish and an ack each), to move one agent. The stream is walked past the deferred
-//     jobs to the one that should run; a deferral costs a publish and an
-//     ack, nothing is lost (the copy is stored before the original goes)
-//     and no attempt is burnt.
+//     priority of its own project waits. The stream is walked past the
+//     deferred jobs to the one that should run; a deferral costs a
+//     publish and an ack, nothing is lost (the copy is stored before the
+//     original goes) and no attempt is burnt. A difference of one agent
+//     is left to the stream's order: over projects whose jobs take turns
+//     in the stream, deferring for it would put back more than one job
+//     for each job run, to move one agent.
 //   - A project at its limit. Its job is deferred if another project's
 //     work could use the slot, or else waits in the runner (the heartbeat
 //     keeps it) until a slot of its project frees.
@@ -239,10 +239,10 @@ func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*regist
 	return admitRun
 }
 
-// behind says whether a project with work waiting and other agents
-// running should have the next slot before one with running: it has
-// none while the other has some, or two fewer, or none like the other
-// and it is its turn (served longer ago).
+// behind says whether another project with work waiting and other
+// agents running should have the next slot before the job's own, with
+// running: it has none while the job's own has some, or two fewer, or
+// none like it and it is its turn (served longer ago).
 func behind(other, running int, itsTurn bool) bool {
 	switch {
 	case other == 0 && running == 0:

@@ -109,7 +109,7 @@ func run(ctx context.Context, o options) error {
 	case o.big:
 		phases = b.bigRows
 	case o.only == "dispatch":
-		phases = b.dispatchOnly
+		phases = b.withServices(b.dispatchRows)
 	case o.only == "drain":
 		phases = b.drainOnly
 	case o.only == "intake":
@@ -121,7 +121,7 @@ func run(ctx context.Context, o options) error {
 	case o.only == "taskstate":
 		phases = b.taskStateOnly
 	case o.only == "pickup":
-		phases = b.pickupOnly
+		phases = b.withServices(b.pickupRows)
 	case o.only != "":
 		return fmt.Errorf("-only %q: the phases that run alone are dispatch, pickup, drain, intake, egress, fairness and taskstate", o.only)
 	}

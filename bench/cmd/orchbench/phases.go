@@ -140,17 +140,19 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	return nil
 }
 
-// dispatchOnly runs the dispatch rows alone (-only dispatch), with only
+// withServices runs rows alone (-only dispatch, -only pickup), with only
 // the gateway and the runner started.
-func (b *bench) dispatchOnly(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
-	if err := b.startGateway(ctx); err != nil {
-		return err
+func (b *bench) withServices(rows func(context.Context, *table, func(string, ...any)) error) func(context.Context, *table) error {
+	return func(ctx context.Context, t *table) error {
+		log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+		if err := b.startGateway(ctx); err != nil {
+			return err
+		}
+		if err := b.startRunner(ctx); err != nil {
+			return err
+		}
+		return rows(ctx, t, log)
 	}
-	if err := b.startRunner(ctx); err != nil {
-		return err
-	}
-	return b.dispatchRows(ctx, t, log)
 }
 
 // pickupRows sends new-task webhooks at b.o.rate for b.o.rateFor and
@@ -176,19 +178,6 @@ func (b *bench) pickupRows(ctx context.Context, t *table, log func(string, ...an
 	t.ratio("dispatch p99", stats.Ms(dispatch.P99()), "publish->consume "+stats.Ms(rawPickup.P99()),
 		ratio(dispatch.P99(), rawPickup.P99()), false, 0)
 	return nil
-}
-
-// pickupOnly runs the pickup rows alone (-only pickup), with the gateway
-// and the runner started.
-func (b *bench) pickupOnly(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
-	if err := b.startGateway(ctx); err != nil {
-		return err
-	}
-	if err := b.startRunner(ctx); err != nil {
-		return err
-	}
-	return b.pickupRows(ctx, t, log)
 }
 
 // egressOnly runs the egress proxy rows alone (-only egress): they need

@@ -115,14 +115,7 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		return Checkout{}, err
 	}
 	if !headKnown(gitDir, want) {
-		// Not under rs.mu while waiting: the fetch takes it only while
-		// git runs, so worktree work of other jobs goes on in between.
-		err = rs.fetches.fetch(ctx, want.Since, func(ctx context.Context) error {
-			rs.mu.Lock()
-			defer rs.mu.Unlock()
-			_, err := git(ctx, gitDir, w.fetchArgs("fetch", "--prune", "--quiet", "origin")...)
-			return err
-		})
+		err = rs.fetches.fetch(ctx, want.Since, func(ctx context.Context) error { return w.fetchOrigin(ctx, rs, gitDir) })
 		if err != nil {
 			return Checkout{}, fmt.Errorf("fetching %s: %w", repo.Project, err)
 		}
@@ -188,6 +181,31 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 	return co, nil
 }
 
+// fetchOrigin fetches origin's branches into the clone. The fetch runs
+// outside rs.mu, beside other jobs' worktree work: it writes objects,
+// which git writes safely beside any other writer, and refs under
+// refs/remotes/origin, which nothing else here writes, each with git's
+// own lock (the agents' git already writes the clone beside it: their
+// commits, pushes and the maintenance these start). It writes no
+// FETCH_HEAD, which fetchPull would write beside it, and starts no
+// maintenance of its own: git's automatic maintenance (gc --auto, when
+// the clone holds enough loose objects or packs) runs after it under
+// rs.mu, as it did inside the fetch, so that it never packs or prunes
+// while a worktree is being made. A fetch from a slow remote (seconds,
+// over the network) no longer holds back the jobs of the project that
+// need none.
+func (w *Workspace) fetchOrigin(ctx context.Context, rs *repoState, gitDir string) error {
+	if _, err := git(ctx, gitDir, w.fetchArgs("-c", "maintenance.auto=false", "fetch", "--prune", "--quiet", "--no-write-fetch-head", "origin")...); err != nil {
+		return err
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	// A maintenance that fails leaves the clone as it was: the next
+	// fetch's tries again.
+	_, _ = git(ctx, gitDir, "maintenance", "run", "--auto", "--quiet")
+	return nil
+}
+
 // headKnown reports whether the clone already has what a job asks for,
 // so that it needs no fetch: the job names its head branch and commit,
 // and origin/<head branch> in the clone is that commit. The remote had
@@ -219,7 +237,7 @@ func pullRef(n int) string { return fmt.Sprintf("%s/%d/head", PullRefs, n) }
 // could not be fetched, that it runs without the pull request's code.
 func (w *Workspace) fetchPull(ctx context.Context, gitDir string, want Want) (head, note string) {
 	src := fmt.Sprintf("refs/pull/%d/head", want.PR)
-	if _, err := git(ctx, gitDir, w.fetchArgs("fetch", "--quiet", "--no-tags", "origin", "+"+src+":"+pullRef(want.PR))...); err != nil {
+	if _, err := git(ctx, gitDir, w.fetchArgs("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "origin", "+"+src+":"+pullRef(want.PR))...); err != nil {
 		return "", fmt.Sprintf("The pull request's head branch `%s` is not on origin (a fork's branch?), and origin's `%s` could not be fetched (%s): the worktree does not hold the pull request's changes.",
 			want.HeadBranch, src, lastLine(err))
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/services/runner/workspace"
 )
 
@@ -221,5 +222,84 @@ func TestPristine(t *testing.T) {
 	write(t, filepath.Join(review.Dir, "README.md"), "local edit\n")
 	if _, _, ok := ws.Pristine("widgets", review.Dir, "main"); ok {
 		t.Error("a worktree with an edit found pristine")
+	}
+}
+
+// The shared fetch of origin does not hold back the jobs of the project
+// that need none: while one job's fetch hangs (a slow remote), a job at a
+// known head in its worktree, and one that is made a new worktree from
+// what the clone has, are prepared; the fetching job ends once the fetch
+// does. (On the old code both waited for the clone's lock, which the
+// fetch held while git ran.)
+func TestSlowFetchHoldsBackNoOtherJob(t *testing.T) {
+	o, a := newOrigin(t)
+	ws, repo := o.setup()
+	review := workspace.Want{Task: "pr-7", HeadBranch: "feature/x", HeadSHA: a, PR: 7, Since: time.Now()}
+	prepare(t, ws, repo, review)
+	other := workspace.Want{Task: "pr-8", HeadBranch: "feature/x", HeadSHA: a, PR: 8, Since: time.Now()}
+
+	// git fetches wait while the gate exists, after saying they started.
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, dir := t.TempDir(), t.TempDir()
+	gate, started := filepath.Join(dir, "gate"), filepath.Join(dir, "started")
+	wrapper := fmt.Sprintf(`#!/bin/sh
+case " $* " in *" fetch "*) touch %q; while [ -e %q ]; do sleep 0.01; done;; esac
+exec %q "$@"
+`, started, gate, real)
+	if err := os.WriteFile(filepath.Join(bin, "git"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opened := false
+	open := func() {
+		if !opened {
+			opened = true
+			_ = os.Remove(gate)
+		}
+	}
+	defer open()
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	fetching := make(chan error, 1)
+	go func() {
+		_, err := ws.Prepare(context.Background(), repo, workspace.Want{Task: "wid-41", Since: time.Now()})
+		fetching <- err
+	}()
+	natstest.CheckFor(t, time.Minute, 10*time.Millisecond, func() error {
+		_, err := os.Stat(started)
+		return err
+	})
+
+	deadline := time.After(time.Minute)
+	for _, want := range []workspace.Want{review, other} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := ws.Prepare(context.Background(), repo, want)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", want.Task, err)
+			}
+		case <-deadline:
+			open()
+			<-done
+			t.Fatalf("%s was not prepared while another job's fetch ran", want.Task)
+		}
+	}
+	select {
+	case err := <-fetching:
+		t.Fatalf("the fetching job ended before its fetch could: %v", err)
+	default:
+	}
+	open()
+	if err := <-fetching; err != nil {
+		t.Fatalf("the fetching job: %v", err)
 	}
 }

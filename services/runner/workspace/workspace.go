@@ -49,9 +49,10 @@ type Workspace struct {
 
 // repoState is what this process shares about one project's clone.
 type repoState struct {
-	// mu serialises git commands that write the clone (fetch, worktree
-	// add and remove, branch delete): they would fail on each other's
-	// ref and config locks.
+	// mu serialises git commands that write the clone (worktree add
+	// and remove, branch delete, a fork's pull request's fetch, git's
+	// maintenance): they would fail on each other's ref and config
+	// locks. The shared fetch of origin runs outside it (fetchOrigin).
 	mu sync.Mutex
 	// fetches coalesces the fetches of concurrent jobs.
 	fetches fetcher

@@ -154,7 +154,7 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		if cur := wt.currentBranch(ctx); want.HeadBranch == "" && cur != "" {
 			branch = cur
 		}
-	} else if start, spare, err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
+	} else if base, spare, err := w.addWorktree(ctx, gitDir, dir, repo, want, branch); err != nil {
 		return Checkout{}, err
 	} else {
 		made = MadeByAdd
@@ -166,8 +166,8 @@ func (w *Workspace) Prepare(ctx context.Context, repo Repo, want Want) (Checkout
 		// A branch made from a remote branch starts at a remote head,
 		// which is its base: nothing in it is the worktree's own work,
 		// and no git process need count that.
-		if oid, err := readRef(gitDir, start); start != "" && err == nil && isOID(oid) {
-			if err := wt.setBase(ctx, oid); err != nil {
+		if isOID(base) {
+			if err := wt.setBase(ctx, base); err != nil {
 				return Checkout{}, err
 			}
 		}
@@ -302,9 +302,9 @@ func (w Want) branch(ctx context.Context, gitDir string) string {
 }
 
 // addWorktree adds the task's worktree at dir on branch, made from its
-// start point if it does not exist yet; start and spare are as worktreeAdd
+// start point if it does not exist yet; base and spare are as worktreeAdd
 // says.
-func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, spare bool, err error) {
+func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (base string, spare bool, err error) {
 	// A directory that is not a working worktree is what a crash during
 	// "worktree add" leaves: start it again. Its record goes with a
 	// prune, which reads every worktree's record, so it runs only when
@@ -321,27 +321,29 @@ func (w *Workspace) addWorktree(ctx context.Context, gitDir, dir string, repo Re
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return "", false, fmt.Errorf("creating worktree parent: %w", err)
 	}
-	start, spare, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+	base, spare, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
 	if err != nil {
 		if _, perr := git(ctx, gitDir, "worktree", "prune"); perr == nil {
-			start, spare, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
+			base, spare, err = w.worktreeAdd(ctx, gitDir, dir, repo, want, branch)
 		}
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("adding worktree for %s: %w", want.Task, err)
 	}
-	return start, spare, nil
+	return base, spare, nil
 }
 
 // worktreeAdd runs "worktree add" of dir on branch, made from its start
 // point if it does not exist yet, or takes the project's spare for it
-// (spare). start is the remote branch a new branch was made from
-// (refs/remotes/origin/...), "" when branch existed.
-func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (start string, spare bool, err error) {
+// (spare). base is the commit a new branch was made at, its remote start
+// point's as read then (a fetch outside rs.mu may move that ref
+// meanwhile), "" when branch existed or the commit could not be read.
+func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Repo, want Want, branch string) (base string, spare bool, err error) {
 	add := []string{"worktree", "add", "--quiet"}
 	if len(repo.Sparse) > 0 {
 		add = append(add, "--no-checkout") // checked out once sparse
 	}
+	start := ""
 	if refExists(ctx, gitDir, "refs/heads/"+branch) {
 		add = append(add, dir, branch)
 	} else {
@@ -356,17 +358,16 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 		}
 		// A branch made from its own remote branch tracks it, as the
 		// worktree's job wants (see bringToHead), without another git
-		// process to say so.
-		// The start's commit, read once for the spare and the worktree
-		// made in-process; a ref the readers cannot read leaves both to
-		// "worktree add".
+		// process to say so. The start's commit is read once, for the
+		// spare and the worktree made in-process; a ref the readers
+		// cannot read leaves both to "worktree add".
 		tracks := start == "refs/remotes/origin/"+branch
 		if commit, err := readRef(gitDir, start); err == nil {
 			if takeSpare(w.repo(repo.Project), gitDir, dir, branch, commit, tracks, repo.Sparse) {
-				return start, true, nil
+				return commit, true, nil
 			}
 			if len(repo.Sparse) == 0 && addByHand(ctx, gitDir, dir, branch, commit, tracks) {
-				return start, false, nil
+				return commit, false, nil
 			}
 		}
 		track := "--no-track"
@@ -386,7 +387,14 @@ func (w *Workspace) worktreeAdd(ctx context.Context, gitDir, dir string, repo Re
 			return "", false, err
 		}
 	}
-	return start, false, nil
+	if start == "" {
+		return "", false, nil
+	}
+	// The commit git made the branch at, as it read start.
+	if base, err = readRef(gitDir, "refs/heads/"+branch); err != nil {
+		base = ""
+	}
+	return base, false, nil
 }
 
 // sparseCheckout checks out, in the worktree at dir made without a

@@ -25,7 +25,6 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // addByHand makes the worktree at dir checked out at commit: on branch,
@@ -34,7 +33,7 @@ import (
 // not, nothing of it is left. The caller holds the clone's lock, and
 // dir's parent exists.
 func addByHand(ctx context.Context, gitDir, dir, branch, commit string, track bool) bool {
-	if !isOID(commit) || track && strings.ContainsAny(branch, "\"\\\n") || !filepath.IsAbs(dir) {
+	if !isOID(commit) || !filepath.IsAbs(dir) {
 		return false
 	}
 	rec, ok := newRecord(gitDir, filepath.Base(dir))

@@ -52,6 +52,23 @@ func TestHandMadeWorktreesAreGits(t *testing.T) {
 		t.Errorf("wid-2 tracks %q, want origin/agent/wid-2", up)
 	}
 
+	// A pushed branch whose name a config section cannot hold as
+	// written (a quote) is refused by setUpstream; "worktree add" makes
+	// it, tracking as git escapes it.
+	quoted := `fix"quote`
+	gitOut(t, o.author, "checkout", "-q", "-b", quoted, "main")
+	o.commit("quote.txt", "quoted\n")
+	co = prepare(t, ws, repo, workspace.Want{Task: "pr-9", HeadBranch: quoted, PR: 9, Since: time.Now()})
+	if co.Branch != quoted {
+		t.Fatalf("pr-9 on %q, want %q", co.Branch, quoted)
+	}
+	if up := gitOut(t, co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); up != "origin/"+quoted {
+		t.Errorf("pr-9 tracks %q, want origin/%s", up, quoted)
+	}
+	if st := gitOut(t, co.Dir, "status", "--porcelain", "--untracked-files=all"); st != "" {
+		t.Errorf("pr-9's worktree not clean: %q", st)
+	}
+
 	// The spare is recorded as "widgets"; so would be task widgets'
 	// worktree.
 	makeSpare := func() {

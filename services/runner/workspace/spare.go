@@ -123,7 +123,7 @@ func removeSpare(ctx context.Context, gitDir, dir string) error {
 // whether it did. The caller holds rs.mu, and branch does not exist.
 func takeSpare(rs *repoState, gitDir, dir, branch, commit string, track bool, sparse []string) bool {
 	s := rs.spare
-	if s == nil || commit != s.commit || !slices.Equal(s.sparse, sparse) || track && strings.ContainsAny(branch, "\"\\\n") {
+	if s == nil || commit != s.commit || !slices.Equal(s.sparse, sparse) {
 		return false
 	}
 	own, err := worktreeGitDir(s.dir)
@@ -188,8 +188,14 @@ func removeBranch(gitDir, branch string) {
 
 // setUpstream makes branch track origin/<branch>, as "worktree add
 // --track" does: a section appended to the clone's config under git's
-// lock (config.lock, created exclusively, renamed over the config).
+// lock (config.lock, created exclusively, renamed over the config). A
+// name with a quote, a backslash or a newline, which the section would
+// need escaped, is refused: the callers undo and leave the worktree to
+// "worktree add".
 func setUpstream(gitDir, branch string) error {
+	if strings.ContainsAny(branch, "\"\\\n") {
+		return fmt.Errorf("branch %q: a name a config section cannot hold as written", branch)
+	}
 	cfg := filepath.Join(gitDir, "config")
 	lock, err := os.OpenFile(cfg+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {

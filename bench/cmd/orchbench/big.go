@@ -20,7 +20,7 @@ import (
 // by hand, the disk an extra worktree takes, and what partial clone and
 // sparse checkout change.
 func (b *bench) bigRows(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	log := progress
 	log("generating a repository of %d files and %d commits", b.o.bigFiles, b.o.bigCommits)
 	t0 := time.Now()
 	src, err := project.SetupBig(ctx, b.dir, project.Big{Files: b.o.bigFiles, Commits: b.o.bigCommits})

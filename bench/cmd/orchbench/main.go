@@ -132,3 +132,6 @@ func run(ctx context.Context, o options) error {
 	t.print(os.Stdout)
 	return nil
 }
+
+// progress says on stderr what the bench is doing.
+func progress(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }

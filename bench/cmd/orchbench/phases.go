@@ -33,7 +33,7 @@ const tasks = 64
 // intake so that it takes no CPU from the gateway, and the deep queue is
 // filled last. Each orch figure is measured right after its baseline.
 func (b *bench) all(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	log := progress
 	log("starting gateway, runner (concurrency %d), notifier", b.o.concurrency)
 	if err := b.startGateway(ctx); err != nil {
 		return err
@@ -144,7 +144,7 @@ func (b *bench) all(ctx context.Context, t *table) error {
 // the gateway and the runner started.
 func (b *bench) withServices(rows func(context.Context, *table, func(string, ...any)) error) func(context.Context, *table) error {
 	return func(ctx context.Context, t *table) error {
-		log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+		log := progress
 		if err := b.startGateway(ctx); err != nil {
 			return err
 		}
@@ -183,7 +183,7 @@ func (b *bench) pickupRows(ctx context.Context, t *table, log func(string, ...an
 // egressOnly runs the egress proxy rows alone (-only egress): they need
 // no service.
 func (b *bench) egressOnly(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	log := progress
 	return b.egressRows(ctx, t, log)
 }
 
@@ -202,7 +202,7 @@ func (b *bench) intakeOnly(ctx context.Context, t *table) error {
 // drainOnly runs the drain rows alone (-only drain), with only the runner
 // started.
 func (b *bench) drainOnly(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	log := progress
 	if err := b.startRunner(ctx); err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ var fairProjects = []string{project.Key, "gadgets", "gizmos", "doohickeys"}
 // fairnessOnly runs the fairness row alone (-only fairness), with only
 // the runner started.
 func (b *bench) fairnessOnly(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	log := progress
 	if err := b.startRunner(ctx); err != nil {
 		return err
 	}

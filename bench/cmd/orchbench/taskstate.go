@@ -24,7 +24,7 @@ const taskStateReps = 3
 // taskStateOnly runs the task state rows alone (-only taskstate): they
 // need the JetStream server, no service.
 func (b *bench) taskStateOnly(ctx context.Context, t *table) error {
-	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "orchbench: "+f+"\n", a...) }
+	log := progress
 	return b.taskStateRows(ctx, t, log)
 }
 

@@ -15,7 +15,9 @@ import (
 
 // judge's rows: limits first, then fair share (another project with
 // none running, or two fewer; among projects with none, the round-robin's
-// turn), then priority; a job that may not be deferred runs when its
+// turn; each only for a project the stream's order has not served in as
+// many admissions as projects wait, and a job delivered here counted as
+// running), then priority; a job that may not be deferred runs when its
 // project has room and waits when it has none.
 func TestJudge(t *testing.T) {
 	a := &registry.Project{Key: "a"}
@@ -23,7 +25,11 @@ func TestJudge(t *testing.T) {
 	one := &registry.Project{Key: "one", MaxConcurrency: 1}
 	lowFix := &registry.Project{Key: "a", Priority: map[string]string{"respond": "low"}}
 	projects := []*registry.Project{a, b, one}
-	t0 := time.Now()
+	// long ago: no project had a job admitted in the last 10 admissions;
+	// aServed and bServed: a's, b's was the last.
+	long := turns{n: 10, served: map[string]uint64{}}
+	aServed := turns{n: 10, served: map[string]uint64{"a": 10}}
+	bServed := turns{n: 10, served: map[string]uint64{"b": 10}}
 	view := func(running map[string]int, queued map[string]map[proto.Kind]int) *queueView {
 		return &queueView{running: running, queued: queued}
 	}
@@ -34,28 +40,33 @@ func TestJudge(t *testing.T) {
 		job      *proto.Job
 		p        *registry.Project
 		mayDefer bool
-		served   map[string]time.Time
+		turns    turns
 		want     admission
 	}{
-		{"nothing else waits", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
-		{"another project with fewer running waits", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitDefer},
-		{"another with more running waits", view(map[string]int{"a": 0, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
-		{"one fewer running: left to the stream's order", view(map[string]int{"a": 2, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitRun},
-		{"two fewer running", view(map[string]int{"a": 3, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitDefer},
-		{"as many running, the other's turn: left to the stream's order", view(map[string]int{"a": 1, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitRun},
-		{"none running either, the other's turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"a": t0}, admitDefer},
-		{"none running either, its own turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, map[string]time.Time{"b": t0}, admitRun},
-		{"the other at its limit", view(map[string]int{"a": 1, "one": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "one": {implement: 3}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
-		{"at its limit, other work waits", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}, "b": {implement: 1}}), &proto.Job{Project: "one", Kind: implement}, one, true, nil, admitDefer},
-		{"at its limit, nothing else waits", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}}), &proto.Job{Project: "one", Kind: implement}, one, true, nil, admitWait},
-		{"at its limit, may not be deferred", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}, "b": {implement: 1}}), &proto.Job{Project: "one", Kind: implement}, one, false, nil, admitWait},
-		{"may not be deferred, room", view(map[string]int{"a": 2}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, false, nil, admitRun},
-		{"a higher priority of its project waits", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindRespond: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitDefer},
-		{"a lower priority waits", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindCleanup: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, nil, admitRun},
-		{"the registry lowers respond", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindRespond: 1}}), &proto.Job{Project: "a", Kind: implement}, lowFix, true, nil, admitRun},
-		{"deferred enough: priority no longer defers it", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindRespond: 1}}), &proto.Job{Project: "a", Kind: implement}, a, false, nil, admitRun},
+		{"nothing else waits", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitRun},
+		{"another project with fewer running waits", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitDefer},
+		{"another with more running waits", view(map[string]int{"a": 0, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitRun},
+		{"one fewer running: left to the stream's order", view(map[string]int{"a": 2, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, aServed, admitRun},
+		{"two fewer running", view(map[string]int{"a": 3, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitDefer},
+		{"as many running, the other's turn: left to the stream's order", view(map[string]int{"a": 1, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, aServed, admitRun},
+		{"none running either, the other's turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, aServed, admitDefer},
+		{"none running either, its own turn", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, bServed, admitRun},
+		{"none running in the other, its job admitted one admission ago: left to the stream's order", view(map[string]int{"a": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, turns{n: 10, served: map[string]uint64{"b": 9, "a": 10}}, admitRun},
+		{"two fewer running, the other's job admitted one admission ago: left to the stream's order", view(map[string]int{"a": 3, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, turns{n: 10, served: map[string]uint64{"b": 9, "a": 10}}, admitRun},
+		{"two fewer running, the other's job admitted two admissions ago, two projects waiting", view(map[string]int{"a": 3, "b": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, turns{n: 10, served: map[string]uint64{"b": 8, "a": 10}}, admitDefer},
+		{"the other's one waiting job delivered here", &queueView{running: map[string]int{"a": 1}, here: map[string]int{"b": 1}, queued: map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}}, &proto.Job{Project: "a", Kind: implement}, a, true, long, admitRun},
+		{"a job of the other's delivered here counts as running", &queueView{running: map[string]int{"a": 2}, here: map[string]int{"b": 1}, queued: map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 3}}}, &proto.Job{Project: "a", Kind: implement}, a, true, long, admitRun},
+		{"the other at its limit", view(map[string]int{"a": 1, "one": 1}, map[string]map[proto.Kind]int{"a": {implement: 5}, "one": {implement: 3}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitRun},
+		{"at its limit, other work waits", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}, "b": {implement: 1}}), &proto.Job{Project: "one", Kind: implement}, one, true, long, admitDefer},
+		{"at its limit, nothing else waits", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}}), &proto.Job{Project: "one", Kind: implement}, one, true, long, admitWait},
+		{"at its limit, may not be deferred", view(map[string]int{"one": 1}, map[string]map[proto.Kind]int{"one": {implement: 3}, "b": {implement: 1}}), &proto.Job{Project: "one", Kind: implement}, one, false, long, admitWait},
+		{"may not be deferred, room", view(map[string]int{"a": 2}, map[string]map[proto.Kind]int{"a": {implement: 5}, "b": {implement: 1}}), &proto.Job{Project: "a", Kind: implement}, a, false, long, admitRun},
+		{"a higher priority of its project waits", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindRespond: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitDefer},
+		{"a lower priority waits", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindCleanup: 1}}), &proto.Job{Project: "a", Kind: implement}, a, true, long, admitRun},
+		{"the registry lowers respond", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindRespond: 1}}), &proto.Job{Project: "a", Kind: implement}, lowFix, true, long, admitRun},
+		{"deferred enough: priority no longer defers it", view(map[string]int{}, map[string]map[proto.Kind]int{"a": {implement: 5, proto.KindRespond: 1}}), &proto.Job{Project: "a", Kind: implement}, a, false, long, admitRun},
 	} {
-		if got := judge(tc.v, tc.job, tc.p, projects, 4, tc.mayDefer, tc.served); got != tc.want {
+		if got := judge(tc.v, tc.job, tc.p, projects, 4, tc.mayDefer, tc.turns); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}

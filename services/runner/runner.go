@@ -193,6 +193,7 @@ func Run(ctx context.Context, cfg Config, log *zap.Logger) error {
 		ws: ws, argv: argv, metrics: m, conf: conf,
 		pauses: pauses, spendKV: spend, loc: loc, credID: credentialID(), pokeRelease: make(chan struct{}, 1), prices: prices,
 		envAllow: append(append([]string(nil), agent.EnvAllowDefault...), cfg.AgentEnv...),
+		fair:     fairness{turns: turns{served: map[string]uint64{}}, here: map[string]int{}},
 	}
 	r.projects.Store(projs)
 	r.stateMetrics = newStateMetrics(m.reg)

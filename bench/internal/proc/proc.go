@@ -5,6 +5,7 @@ package proc
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -200,13 +201,16 @@ func (p *Proc) Tail(n int) string {
 // gets: the server at natsURL, its own data directory under dir (by
 // name), the registry, and any free port for /healthz, /readyz and
 // /metrics, never the fixed defaults (two runners run at once); a
-// gateway's own ORCH_HTTP_ADDR comes later and wins.
+// gateway's own ORCH_HTTP_ADDR comes later and wins. The log level is
+// info unless ORCH_LOG_LEVEL is set where the bench runs (debug shows,
+// for one, the runner's fair-share deferrals in the logs -keep leaves).
 func ServiceEnv(natsURL, dir, registry, name string) []string {
+	level := cmp.Or(os.Getenv("ORCH_LOG_LEVEL"), "info")
 	return []string{
 		"ORCH_NATS_URL=" + natsURL,
 		"ORCH_DATA_DIR=" + filepath.Join(dir, "data-"+name),
 		"ORCH_PROJECTS_FILE=" + registry,
-		"ORCH_LOG_LEVEL=info",
+		"ORCH_LOG_LEVEL=" + level,
 		"ORCH_HTTP_ADDR=127.0.0.1:0",
 	}
 }

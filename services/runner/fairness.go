@@ -252,9 +252,10 @@ func judge(v *queueView, job *proto.Job, p *registry.Project, projects []*regist
 	}
 	otherWaits, otherBehind := false, false
 	for _, q := range projects {
-		// A job of q's already delivered here holds a slot of this
-		// runner's: it runs next whatever becomes of this one, so it
-		// counts as running, and no longer as waiting.
+		// A job of q's already delivered here holds a place of this
+		// runner's own: deferring this job would free a place for the
+		// stream's next job, not for it. So it counts as running, and
+		// no longer as waiting.
 		here := v.here[q.Key]
 		other := v.running[q.Key] + here
 		if q.Key == job.Project || v.queuedOf(q.Key) <= here || other >= limitOf(q, global) {

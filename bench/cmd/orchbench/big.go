@@ -20,8 +20,7 @@ import (
 // by hand, the disk an extra worktree takes, and what partial clone and
 // sparse checkout change.
 func (b *bench) bigRows(ctx context.Context, t *table) error {
-	log := progress
-	log("generating a repository of %d files and %d commits", b.o.bigFiles, b.o.bigCommits)
+	progress("generating a repository of %d files and %d commits", b.o.bigFiles, b.o.bigCommits)
 	t0 := time.Now()
 	src, err := project.SetupBig(ctx, b.dir, project.Big{Files: b.o.bigFiles, Commits: b.o.bigCommits})
 	if err != nil {
@@ -40,7 +39,7 @@ func (b *bench) bigRows(ctx context.Context, t *table) error {
 		orch: mib(srcSize), base: gen.Round(time.Millisecond).String(), ratio: "-", target: "-", verdict: "-"})
 
 	n := b.o.bigN
-	log("raw: clone, %d worktrees, spawns", n)
+	progress("raw: clone, %d worktrees, spawns", n)
 	t0 = time.Now()
 	raw, err := newRawGit(ctx, filepath.Join(b.dir, "big-raw"), url, b.agent)
 	if err != nil {
@@ -72,7 +71,7 @@ func (b *bench) bigRows(ctx context.Context, t *table) error {
 		return err
 	}
 
-	log("orch: gateway and runner on the big repository")
+	progress("orch: gateway and runner on the big repository")
 	if err := b.startGateway(ctx); err != nil {
 		return err
 	}

@@ -26,8 +26,8 @@ const egressRequests = 500
 // loopback, asked straight and through the proxy on its unix socket as a
 // confined agent reaches it, one request at a time, alternating sides so
 // that both see the same machine.
-func (b *bench) egressRows(ctx context.Context, t *table, log func(string, ...any)) error {
-	log("model requests straight to the stand-in API and through the egress proxy, %d each", egressRequests)
+func (b *bench) egressRows(ctx context.Context, t *table) error {
+	progress("model requests straight to the stand-in API and through the egress proxy, %d each", egressRequests)
 	up := &stampedAPI{h: &fakeanthropic.Server{Default: "text"}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

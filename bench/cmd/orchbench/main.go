@@ -109,19 +109,19 @@ func run(ctx context.Context, o options) error {
 	case o.big:
 		phases = b.bigRows
 	case o.only == "dispatch":
-		phases = b.withServices(b.dispatchRows)
+		phases = alone(b.dispatchRows, b.startGateway, b.startRunner)
 	case o.only == "drain":
-		phases = b.drainOnly
+		phases = alone(b.drainRows, b.startRunner)
 	case o.only == "intake":
 		phases = b.intakeOnly
 	case o.only == "egress":
-		phases = b.egressOnly
+		phases = b.egressRows
 	case o.only == "fairness":
-		phases = b.fairnessOnly
+		phases = alone(b.fairnessRows, b.startRunner)
 	case o.only == "taskstate":
-		phases = b.taskStateOnly
+		phases = b.taskStateRows
 	case o.only == "pickup":
-		phases = b.withServices(b.pickupRows)
+		phases = alone(b.pickupRows, b.startGateway, b.startRunner)
 	case o.only != "":
 		return fmt.Errorf("-only %q: the phases that run alone are dispatch, pickup, drain, intake, egress, fairness and taskstate", o.only)
 	}

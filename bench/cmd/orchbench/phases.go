@@ -33,8 +33,7 @@ const tasks = 64
 // intake so that it takes no CPU from the gateway, and the deep queue is
 // filled last. Each orch figure is measured right after its baseline.
 func (b *bench) all(ctx context.Context, t *table) error {
-	log := progress
-	log("starting gateway, runner (concurrency %d), notifier", b.o.concurrency)
+	progress("starting gateway, runner (concurrency %d), notifier", b.o.concurrency)
 	if err := b.startGateway(ctx); err != nil {
 		return err
 	}
@@ -54,30 +53,30 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		idle[name] = m
 	}
 
-	log("GET /queue with 0 jobs")
+	progress("GET /queue with 0 jobs")
 	q0, err := b.queueLatency(ctx)
 	if err != nil {
 		return err
 	}
 
-	if err := b.dispatchRows(ctx, t, log); err != nil {
+	if err := b.dispatchRows(ctx, t); err != nil {
 		return err
 	}
-	if err := b.egressRows(ctx, t, log); err != nil {
+	if err := b.egressRows(ctx, t); err != nil {
 		return err
 	}
-	if err := b.taskStateRows(ctx, t, log); err != nil {
-		return err
-	}
-
-	if err := b.pickupRows(ctx, t, log); err != nil {
+	if err := b.taskStateRows(ctx, t); err != nil {
 		return err
 	}
 
-	if err := b.drainRows(ctx, t, log); err != nil {
+	if err := b.pickupRows(ctx, t); err != nil {
 		return err
 	}
-	if err := b.fairnessRows(ctx, t, log); err != nil {
+
+	if err := b.drainRows(ctx, t); err != nil {
+		return err
+	}
+	if err := b.fairnessRows(ctx, t); err != nil {
 		return err
 	}
 
@@ -94,7 +93,7 @@ func (b *bench) all(ctx context.Context, t *table) error {
 		loaded[name] = proc.Memory{RSS: loaded[name].RSS, HWM: b.peaks[name]}
 	}
 
-	log("intake (fsync every write): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
+	progress("intake (fsync every write): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
 	prof := b.profile("gateway", "intake")
 	err = b.intakeRows(ctx, t, "fsync always", b.js, b.gateway)
 	prof.stop()
@@ -104,12 +103,12 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	if loaded["gateway"], err = b.procs["gateway"].Memory(); err != nil {
 		return err
 	}
-	log("intake (server's default sync): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
+	progress("intake (server's default sync): %d webhooks, %d concurrent senders", b.o.intakeN, b.o.intakeC)
 	if err := b.intakeDefaultSync(ctx, t); err != nil {
 		return err
 	}
 
-	log("filling the queue with %d jobs", b.o.queueN)
+	progress("filling the queue with %d jobs", b.o.queueN)
 	if err := b.fillQueue(ctx); err != nil {
 		return err
 	}
@@ -140,25 +139,23 @@ func (b *bench) all(ctx context.Context, t *table) error {
 	return nil
 }
 
-// withServices runs rows alone (-only dispatch, -only pickup), with only
-// the gateway and the runner started.
-func (b *bench) withServices(rows func(context.Context, *table, func(string, ...any)) error) func(context.Context, *table) error {
+// alone runs rows alone (-only), after starting only the services they
+// need (starts, in order).
+func alone(rows func(context.Context, *table) error, starts ...func(context.Context) error) func(context.Context, *table) error {
 	return func(ctx context.Context, t *table) error {
-		log := progress
-		if err := b.startGateway(ctx); err != nil {
-			return err
+		for _, start := range starts {
+			if err := start(ctx); err != nil {
+				return err
+			}
 		}
-		if err := b.startRunner(ctx); err != nil {
-			return err
-		}
-		return rows(ctx, t, log)
+		return rows(ctx, t)
 	}
 }
 
 // pickupRows sends new-task webhooks at b.o.rate for b.o.rateFor and
 // reports how far the runner falls behind, against raw publish->consume.
-func (b *bench) pickupRows(ctx context.Context, t *table, log func(string, ...any)) error {
-	log("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
+func (b *bench) pickupRows(ctx context.Context, t *table) error {
+	progress("pickup/dispatch of new tasks at %d/s for %v", b.o.rate, b.o.rateFor)
 	rawPickup, err := b.rawPickup(ctx)
 	if err != nil {
 		return err
@@ -180,13 +177,6 @@ func (b *bench) pickupRows(ctx context.Context, t *table, log func(string, ...an
 	return nil
 }
 
-// egressOnly runs the egress proxy rows alone (-only egress): they need
-// no service.
-func (b *bench) egressOnly(ctx context.Context, t *table) error {
-	log := progress
-	return b.egressRows(ctx, t, log)
-}
-
 // intakeOnly runs the intake rows alone (-only intake), with only the
 // gateway started.
 func (b *bench) intakeOnly(ctx context.Context, t *table) error {
@@ -199,20 +189,10 @@ func (b *bench) intakeOnly(ctx context.Context, t *table) error {
 	return b.intakeDefaultSync(ctx, t)
 }
 
-// drainOnly runs the drain rows alone (-only drain), with only the runner
-// started.
-func (b *bench) drainOnly(ctx context.Context, t *table) error {
-	log := progress
-	if err := b.startRunner(ctx); err != nil {
-		return err
-	}
-	return b.drainRows(ctx, t, log)
-}
-
 // drainRows drains drainN new-task no-op jobs through the runner, against
 // the same work done by hand and against raw pull + ack.
-func (b *bench) drainRows(ctx context.Context, t *table, log func(string, ...any)) error {
-	log("drain %d new-task jobs at concurrency %d", b.o.drainN, b.o.concurrency)
+func (b *bench) drainRows(ctx context.Context, t *table) error {
+	progress("drain %d new-task jobs at concurrency %d", b.o.drainN, b.o.concurrency)
 	rawDrain, err := b.rawDrain(ctx)
 	if err != nil {
 		return err
@@ -279,21 +259,11 @@ func (b *bench) drainWith(ctx context.Context, prefix string, env ...string) (fl
 // the bench project first.
 var fairProjects = []string{project.Key, "gadgets", "gizmos", "doohickeys"}
 
-// fairnessOnly runs the fairness row alone (-only fairness), with only
-// the runner started.
-func (b *bench) fairnessOnly(ctx context.Context, t *table) error {
-	log := progress
-	if err := b.startRunner(ctx); err != nil {
-		return err
-	}
-	return b.fairnessRows(ctx, t, log)
-}
-
 // fairnessRows drains drainN new-task no-op jobs of one project, then as
 // many spread over four: what fair share across projects (a slot per
 // project, the deferrals of jobs whose project holds more slots) costs.
-func (b *bench) fairnessRows(ctx context.Context, t *table, log func(string, ...any)) error {
-	log("fairness: drain %d jobs of one project, then of %d projects, at concurrency %d", b.o.drainN, len(fairProjects), b.o.concurrency)
+func (b *bench) fairnessRows(ctx context.Context, t *table) error {
+	progress("fairness: drain %d jobs of one project, then of %d projects, at concurrency %d", b.o.drainN, len(fairProjects), b.o.concurrency)
 	one, err := b.drainOver(ctx, "fair1-", fairProjects[0])
 	if err != nil {
 		return err
@@ -312,9 +282,9 @@ func (b *bench) fairnessRows(ctx context.Context, t *table, log func(string, ...
 // dispatchRows measures, one job at a time at a low rate, webhook sent ->
 // agent started for new tasks and then for the same tasks again (their
 // worktrees exist), each against its raw baseline.
-func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...any)) error {
+func (b *bench) dispatchRows(ctx context.Context, t *table) error {
 	n := b.o.dispatchN
-	log("dispatch of %d new tasks at %d/s, raw worktree add + spawn first", n, b.o.dispatchRate)
+	progress("dispatch of %d new tasks at %d/s, raw worktree add + spawn first", n, b.o.dispatchRate)
 	rawNew, err := b.raw.dispatch(ctx, "dispatch", n, true)
 	if err != nil {
 		return err
@@ -333,7 +303,7 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	if err != nil {
 		return err
 	}
-	log("dispatch of %d tasks whose worktree exists, raw spawn first", n)
+	progress("dispatch of %d tasks whose worktree exists, raw spawn first", n)
 	rawOld, err := b.raw.dispatch(ctx, "dispatch", n, false)
 	if err != nil {
 		return err
@@ -355,7 +325,7 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 	// spawns in bwrap's floor are what no confined dispatch goes under.
 	var rawConfined stats.Sample
 	if b.raw.bwrap, err = exec.LookPath("bwrap"); err == nil {
-		log("the same spawns confined in bwrap's floor")
+		progress("the same spawns confined in bwrap's floor")
 		lat, err := b.raw.dispatch(ctx, "dispatch", n, false)
 		b.raw.bwrap = ""
 		if err != nil {
@@ -383,7 +353,7 @@ func (b *bench) dispatchRows(ctx context.Context, t *table, log func(string, ...
 			base:  "floor spawn " + stats.Ms(rawConfined.P50()) + " + writes " + stats.Ms(floor.P50()),
 			ratio: fmt.Sprintf("%+.2f ms", float64(orchOld.P50()-base)/float64(time.Millisecond)), target: "-", verdict: "-"})
 	}
-	return b.sandboxRows(ctx, t, log, head)
+	return b.sandboxRows(ctx, t, head)
 }
 
 // pushBranches makes the head branches agent/<prefix>-<i> of n pull

@@ -15,7 +15,7 @@ import (
 // (ORCH_AGENT_SANDBOX=none) and one whose agents bubblewrap confines
 // (bwrap, with the allowlist network and its egress proxy). The runner
 // is left confined, as the default (auto) runs it where bwrap works.
-func (b *bench) sandboxRows(ctx context.Context, t *table, log func(string, ...any), head string) error {
+func (b *bench) sandboxRows(ctx context.Context, t *table, head string) error {
 	const what = "dispatch p50, worktree exists: confined (bwrap)"
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.add(row{what: what, orch: "n/a", base: "no bwrap on PATH", ratio: "-", target: "<= +10 ms", verdict: "-"})
@@ -35,7 +35,7 @@ func (b *bench) sandboxRows(ctx context.Context, t *table, log func(string, ...a
 		}
 		return b.dispatch(ctx, ds, ns)
 	}
-	log("dispatch of %d tasks whose worktree exists, unconfined then confined", n)
+	progress("dispatch of %d tasks whose worktree exists, unconfined then confined", n)
 	open, err := run("none")
 	if err != nil {
 		return err

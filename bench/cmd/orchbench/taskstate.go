@@ -21,13 +21,6 @@ import (
 // taskStateReps is how often each save and restore is measured.
 const taskStateReps = 3
 
-// taskStateOnly runs the task state rows alone (-only taskstate): they
-// need the JetStream server, no service.
-func (b *bench) taskStateOnly(ctx context.Context, t *table) error {
-	log := progress
-	return b.taskStateRows(ctx, t, log)
-}
-
 // taskStateRows measure what carrying a task's state costs (package
 // taskstate, the object store task_state on the bench's fsyncing
 // server): a save (the unpushed commits bundled, the changes diffed and
@@ -37,12 +30,12 @@ func (b *bench) taskStateOnly(ctx context.Context, t *table) error {
 // same bundle. Once for a task with a 50 MiB change set (incompressible
 // files in unpushed commits, as an agent's generated assets would be),
 // once for a task of a few commits in the big repository.
-func (b *bench) taskStateRows(ctx context.Context, t *table, log func(string, ...any)) error {
+func (b *bench) taskStateRows(ctx context.Context, t *table) error {
 	obj, err := proto.EnsureObjectStore(ctx, b.js, proto.Topology{}.TaskStateStore())
 	if err != nil {
 		return err
 	}
-	log("task state: a 50 MiB change set")
+	progress("task state: a 50 MiB change set")
 	small := filepath.Join(b.dir, "ts-remote")
 	if err := testkit.Repo(small); err != nil {
 		return err
@@ -60,7 +53,7 @@ func (b *bench) taskStateRows(ctx context.Context, t *table, log func(string, ..
 		return err
 	}
 
-	log("task state: the big repository (%d files, %d commits)", b.o.bigFiles, b.o.bigCommits)
+	progress("task state: the big repository (%d files, %d commits)", b.o.bigFiles, b.o.bigCommits)
 	big, err := project.SetupBig(ctx, filepath.Join(b.dir, "ts-big"), project.Big{Files: b.o.bigFiles, Commits: b.o.bigCommits})
 	if err != nil {
 		return err

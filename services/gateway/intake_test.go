@@ -523,3 +523,35 @@ func TestWaitingJobGetsItsRecord(t *testing.T) {
 		t.Errorf("GET /jobs/%s: %d %+v", id, code, got)
 	}
 }
+
+// A job read while a runner takes it is found at every read: queued, then
+// running, never 404 (the record is written, and the index's watch drops
+// the job from the waiting ones, between one read and the next).
+func TestJobReadWhileARunnerTakesIt(t *testing.T) {
+	t.Parallel()
+	e, g := newGateway(t, func(e *env) {
+		e.tune = func(c *gateway.Config) { c.RecordAfter = time.Hour }
+	})
+	_, _, kv := natstest.Connect(t, e.srv)
+	records := status.New(kv)
+	for pr := range 30 {
+		a, _ := g.postGitea(t, prBody(t, 200+pr, "opened"))
+		id := a.Jobs[0].ID
+		_, got := g.job(t, id)
+		taken := make(chan error, 1)
+		go func() {
+			_, err := records.Apply(context.Background(), &got.Job, status.StartAttempt(1, 3, "r1", "", time.Now()))
+			taken <- err
+		}()
+		for state := proto.StateQueued; state != proto.StateRunning; {
+			code, a := g.job(t, id)
+			if code != http.StatusOK {
+				t.Fatalf("GET /jobs/%s while a runner takes it: %d, want 200", id, code)
+			}
+			state = a.Status.State
+		}
+		if err := <-taken; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -280,7 +280,10 @@ func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status,
 // index learns of records through a watch, so it may still call waiting
 // a job whose record was written just now (by this gateway's cancel, or
 // a runner that took it), and a read must see that write. A transition
-// needs no such read: its compare-and-set finds the record.
+// needs no such read: its compare-and-set finds the record. With no
+// record, it reads as current does, whatever the index said before: a
+// runner may have written the record, and the watch removed the job from
+// the waiting ones, after the first read.
 func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
 	c, err := q.ready()
 	if err != nil {
@@ -288,7 +291,7 @@ func (q *Queue) Job(ctx context.Context, id string) (*proto.Status, error) {
 	}
 	q.Settle(ctx, id)
 	st, rev, err := c.status.Get(ctx, id)
-	if _, waiting := q.tasks.Waiting(id); waiting && errors.Is(err, status.ErrNotFound) {
+	if errors.Is(err, status.ErrNotFound) {
 		st, rev, err = q.current(ctx, c, id)
 	}
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 type Index struct {
 	mu     sync.RWMutex
 	byID   map[string]*list.Element
-	byTask map[taskKey]map[string]struct{} // job ids of each task
+	byTask map[taskKey]map[string]struct{} // ids of each task's jobs that have not ended
 	byItem map[taskKey]map[string]struct{} // job ids of each Plane work item
 	recent *list.List                      // of *Recent, most recently changed first
 	counts map[proto.State]int
@@ -228,11 +228,15 @@ func (ix *Index) add(r *Recent) {
 	if r.seq != 0 {
 		ix.waiting[r.ID] = r
 	}
-	k := taskKey{r.Project, r.Task}
-	if ix.byTask[k] == nil {
-		ix.byTask[k] = map[string]struct{}{}
+	// A task's ended jobs stay in the index until the bucket expires
+	// them; its open jobs, which every webhook's supersede looks up, are
+	// a few.
+	if k := (taskKey{r.Project, r.Task}); !r.State.Terminal() {
+		if ix.byTask[k] == nil {
+			ix.byTask[k] = map[string]struct{}{}
+		}
+		ix.byTask[k][r.ID] = struct{}{}
 	}
-	ix.byTask[k][r.ID] = struct{}{}
 	if r.planeItem != "" {
 		k := taskKey{r.Project, r.planeItem}
 		if ix.byItem[k] == nil {
@@ -319,7 +323,7 @@ func (ix *Index) openJobs(project, task string, match func(*Recent) bool) []stri
 	defer ix.mu.RUnlock()
 	var out []string
 	for id := range ix.byTask[taskKey{project, task}] {
-		if r := ix.byID[id].Value.(*Recent); !r.State.Terminal() && match(r) {
+		if r := ix.byID[id].Value.(*Recent); match(r) {
 			out = append(out, id)
 		}
 	}

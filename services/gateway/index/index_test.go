@@ -46,6 +46,12 @@ func TestIndex(t *testing.T) {
 	if got, want := ix.OlderOpenJobs("widgets", "t3", proto.KindReview, at), []string{"r1", "r2"}; !slices.Equal(got, want) {
 		t.Errorf("older open review jobs %v, want %v", got, want)
 	}
+	// A job that ended and is queued again (a dead letter retried) is
+	// open again.
+	older("r3", proto.KindReview, at.Add(-time.Hour), proto.StateQueued)
+	if got, want := ix.OlderOpenJobs("widgets", "t3", proto.KindReview, at), []string{"r1", "r2", "r3"}; !slices.Equal(got, want) {
+		t.Errorf("older open review jobs after r3 was queued again %v, want %v", got, want)
+	}
 	for _, id := range []string{"r1", "r2", "r3", "r4", "x1"} {
 		ix.remove(id)
 	}
@@ -83,6 +89,23 @@ func BenchmarkProjectCounts(b *testing.B) {
 	for b.Loop() {
 		if n := len(ix.ProjectCounts()); n != 4 {
 			b.Fatalf("%d projects", n)
+		}
+	}
+}
+
+// Every webhook looks up its task's older open jobs (supersede): the
+// cost must not grow with the task's ended jobs, which the index keeps
+// until the bucket expires them (10,000 here, one open).
+func BenchmarkOlderOpenJobs(b *testing.B) {
+	ix := New()
+	for i := range 10_000 {
+		ix.Put(&proto.Status{Job: proto.Job{ID: strconv.Itoa(i), Kind: proto.KindReview, Project: "widgets", Task: proto.Task{ID: "pr-1"}}, State: proto.StateCancelled})
+	}
+	ix.Put(&proto.Status{Job: proto.Job{ID: "open", Kind: proto.KindReview, Project: "widgets", Task: proto.Task{ID: "pr-1"}}, State: proto.StateQueued})
+	at := time.Now()
+	for b.Loop() {
+		if n := len(ix.OlderOpenJobs("widgets", "pr-1", proto.KindReview, at)); n != 1 {
+			b.Fatalf("%d open jobs, want 1", n)
 		}
 	}
 }

@@ -1,0 +1,77 @@
+package queue
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/kit/natstest"
+	"github.com/orch-dev/orch/kit/status"
+	"github.com/orch-dev/orch/proto"
+)
+
+// behind is an index a write behind the bucket: it still knows its jobs
+// as waiting, with the job held, as just after this gateway published
+// them (index.Index.Queued), whatever their records say since.
+type behind map[string]*proto.Job
+
+func (b behind) OpenJobs(string, string) []string { return nil }
+func (b behind) OlderOpenJobs(project, task string, kind proto.Kind, t time.Time) []string {
+	var ids []string
+	for id, j := range b {
+		if j.Project == project && j.Task.ID == task && j.Kind == kind && j.CreatedAt.Before(t) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+func (b behind) Has(id string) bool                         { _, ok := b[id]; return ok }
+func (b behind) Synced() bool                               { return true }
+func (b behind) Queued(*proto.Job, uint64)                  {}
+func (b behind) WaitingFor(time.Duration) map[string]uint64 { return nil }
+func (b behind) Waiting(id string) (uint64, *proto.Job, bool) {
+	j, ok := b[id]
+	return 1, j, ok
+}
+
+// A supersede that reads an older job from the index's held copy, while
+// the job's record was written meanwhile, acts on the record: a job a
+// runner took goes on running, one whose record says queued is
+// superseded. The held copy costs no read, never a lost write.
+func TestSupersedeActsOnTheRecordTheIndexMissed(t *testing.T) {
+	nc, js, kv := natstest.Connect(t, natstest.Server(t))
+	st := status.New(kv)
+	ctx := context.Background()
+	at := time.Now().UTC()
+	job := func(id string, created time.Time) *proto.Job {
+		return &proto.Job{ID: id, Kind: proto.KindReview, Project: "widgets", Task: proto.Task{ID: "pr-1"}, CreatedAt: created}
+	}
+	taken, recorded, unrecorded := job("taken", at.Add(-3*time.Second)), job("recorded", at.Add(-2*time.Second)), job("unrecorded", at.Add(-time.Second))
+	if _, err := st.Apply(ctx, taken, status.StartAttempt(1, 3, "r1", "", at)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(ctx, recorded, status.Queue(0)); err != nil {
+		t.Fatal(err)
+	}
+	q := New(nil, behind{taken.ID: taken, recorded.ID: recorded, unrecorded.ID: unrecorded}, nil, Config{}, zap.NewNop())
+	q.conn.Store(&conn{nc: nc, js: js, status: st})
+	newer := job("newer", at)
+	q.supersede(q.conn.Load(), newer)
+
+	for id, want := range map[string]proto.State{taken.ID: proto.StateRunning, recorded.ID: proto.StateCancelled, unrecorded.ID: proto.StateCancelled} {
+		rec, _, err := st.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("record of %s: %v", id, err)
+		}
+		if rec.State != want {
+			t.Errorf("job %s is %s after the supersede, want %s", id, rec.State, want)
+		}
+		if want == proto.StateCancelled && rec.SupersededBy != newer.ID {
+			t.Errorf("job %s superseded by %q, want %s", id, rec.SupersededBy, newer.ID)
+		}
+	}
+}

@@ -38,8 +38,6 @@ type Index struct {
 	synced, jobsSynced bool
 	// waiting holds the jobs known from JOBS alone (see Queued).
 	waiting map[string]*Recent
-	// held counts the waiting entries that hold their job (see Queued).
-	held int
 	// own holds the JOBS sequences this gateway published (Queued) from
 	// next on, the first that FollowJobs has not read.
 	own  map[uint64]struct{}
@@ -71,9 +69,6 @@ type Recent struct {
 	// once its record was read.
 	seq   uint64
 	since time.Time
-	// job is the job itself, for a job this gateway published a moment
-	// ago and known from there alone (see Queued).
-	job *proto.Job
 }
 
 type taskKey struct{ project, task string }
@@ -233,9 +228,6 @@ func (ix *Index) add(r *Recent) {
 	if r.seq != 0 {
 		ix.waiting[r.ID] = r
 	}
-	if r.job != nil {
-		ix.held++
-	}
 	// A task's ended jobs stay in the index until the bucket expires
 	// them; its open jobs, which every webhook's supersede looks up, are
 	// a few.
@@ -285,9 +277,6 @@ func (ix *Index) removeLocked(id string) {
 		ix.recent.Remove(el)
 		delete(ix.byID, id)
 		delete(ix.waiting, id)
-		if r.job != nil {
-			ix.held--
-		}
 		k := taskKey{r.Project, r.Task}
 		delete(ix.byTask[k], id)
 		if len(ix.byTask[k]) == 0 {

@@ -31,52 +31,39 @@ import (
 
 // Queued adds job, which this gateway published and JOBS holds at
 // sequence seq, as queued (see queued). FollowJobs does not read the
-// message again. The entry holds the job itself until the job's record
-// replaces it, a second or so (see Waiting), up to maxHeld jobs at once.
+// message again.
 func (ix *Index) Queued(job *proto.Job, seq uint64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if seq >= ix.next {
 		ix.own[seq] = struct{}{}
 	}
-	ix.queued(job, seq, ix.held < maxHeld)
+	ix.queued(job, seq)
 }
-
-// maxHeld bounds the jobs the index holds (Queued): a burst of webhooks
-// (a script's, or one push to many pull requests) holds no more than
-// about this many jobs' text in memory.
-const maxHeld = 4096
 
 // queued adds job, which JOBS holds at sequence seq, as queued, unless the
 // index knows the job already: its record, when there is one, says more.
-// With hold, the entry keeps job itself. The caller holds mu.
-func (ix *Index) queued(job *proto.Job, seq uint64, hold bool) {
+// The caller holds mu.
+func (ix *Index) queued(job *proto.Job, seq uint64) {
 	if _, ok := ix.byID[job.ID]; ok {
 		return
 	}
-	r := &Recent{
+	ix.add(&Recent{
 		ID: job.ID, Kind: job.Kind, Project: job.Project, Task: job.Task.ID, Title: job.Task.Title,
 		State: proto.StateQueued, UpdatedAt: job.CreatedAt, CreatedAt: job.CreatedAt,
 		planeItem: job.Task.PlaneItem, seq: seq, since: time.Now(),
-	}
-	if hold {
-		held := *job // the caller's may change
-		r.job = &held
-	}
-	ix.add(r)
+	})
 }
 
 // Waiting returns the sequence in JOBS of job id when the index knows the
-// job from JOBS alone: it has no status record yet. job is the job
-// itself when this gateway published it a moment ago (see Queued), nil
-// when it is to be read from JOBS (JobAt); the caller must not change it.
-func (ix *Index) Waiting(id string) (seq uint64, job *proto.Job, ok bool) {
+// job from JOBS alone: it has no status record yet.
+func (ix *Index) Waiting(id string) (uint64, bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	if r, ok := ix.waiting[id]; ok {
-		return r.seq, r.job, true
+		return r.seq, true
 	}
-	return 0, nil, false
+	return 0, false
 }
 
 // WaitingFor returns the jobs known from JOBS alone for at least d, with
@@ -227,7 +214,7 @@ func (ix *Index) readJobs(ctx context.Context, nc *nats.Conn, from uint64, seqs 
 			if m.id == "" || !ix.Has(m.id) {
 				if job, err := proto.DecodeJob(m.data); err == nil {
 					ix.mu.Lock()
-					ix.queued(job, m.seq, false)
+					ix.queued(job, m.seq)
 					ix.mu.Unlock()
 				}
 			}

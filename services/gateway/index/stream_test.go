@@ -61,7 +61,7 @@ func TestFollowJobs(t *testing.T) {
 		t.Errorf("%d queued, want the %d jobs in JOBS", n, before)
 	}
 	for id, seq := range seqs {
-		if got, _, ok := ix.Waiting(id); !ok || got != seq {
+		if got, ok := ix.Waiting(id); !ok || got != seq {
 			t.Fatalf("Waiting(%s) = %d %v, want %d", id, got, ok, seq)
 		}
 	}
@@ -72,7 +72,7 @@ func TestFollowJobs(t *testing.T) {
 	// Queued by another gateway after the start: found by following.
 	later := publishJob(t, js, "later", "t-later")
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if seq, _, ok := ix.Waiting("later"); !ok || seq != later {
+		if seq, ok := ix.Waiting("later"); !ok || seq != later {
 			return fmt.Errorf("job queued after the start not known (%d %v)", seq, ok)
 		}
 		return nil
@@ -85,7 +85,7 @@ func TestFollowJobs(t *testing.T) {
 	// A runner's record replaces the entry; an entry stays past any TTL.
 	putQueued(t, kv, "before-0")
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if _, _, ok := ix.Waiting("before-0"); ok {
+		if _, ok := ix.Waiting("before-0"); ok {
 			return fmt.Errorf("record not read")
 		}
 		return nil

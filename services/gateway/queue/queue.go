@@ -96,9 +96,8 @@ type Tasks interface {
 	Synced() bool
 	// Queued adds a job JetStream acked at sequence seq of JOBS.
 	Queued(job *proto.Job, seq uint64)
-	// Waiting returns the JOBS sequence of a job that has no record,
-	// and the job itself when the index holds it (nil: read it there).
-	Waiting(id string) (seq uint64, job *proto.Job, ok bool)
+	// Waiting returns the JOBS sequence of a job that has no record.
+	Waiting(id string) (uint64, bool)
 	// WaitingFor returns the jobs that have had no record for d.
 	WaitingFor(d time.Duration) map[string]uint64
 }
@@ -260,13 +259,7 @@ func (q *Queue) synced(ctx context.Context, c *conn) {
 // The index says which to read first. A record created after it was read
 // is found by the transition's compare-and-set, which then reads it.
 func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status, uint64, error) {
-	if seq, job, ok := q.tasks.Waiting(id); ok {
-		if job != nil {
-			// Published here a moment ago: a record written meanwhile
-			// (a runner took it) fails the transition's create, which
-			// then reads it.
-			return &proto.Status{Job: *job}, 0, nil
-		}
+	if seq, ok := q.tasks.Waiting(id); ok {
 		job, ok, err := index.JobAt(ctx, c.nc, seq)
 		if err != nil {
 			return nil, 0, err

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -14,15 +15,18 @@ import (
 )
 
 // behind is an index a write behind the bucket: it still knows its jobs
-// as waiting, with the job held, as just after this gateway published
-// them (index.Index.Queued), whatever their records say since.
-type behind map[string]*proto.Job
+// as waiting in JOBS at their sequences, as just after they were
+// published, whatever their records say since.
+type behind map[string]struct {
+	job *proto.Job
+	seq uint64
+}
 
 func (b behind) OpenJobs(string, string) []string { return nil }
 func (b behind) OlderOpenJobs(project, task string, kind proto.Kind, t time.Time) []string {
 	var ids []string
-	for id, j := range b {
-		if j.Project == project && j.Task.ID == task && j.Kind == kind && j.CreatedAt.Before(t) {
+	for id, w := range b {
+		if j := w.job; j.Project == project && j.Task.ID == task && j.Kind == kind && j.CreatedAt.Before(t) {
 			ids = append(ids, id)
 		}
 	}
@@ -33,15 +37,15 @@ func (b behind) Has(id string) bool                         { _, ok := b[id]; re
 func (b behind) Synced() bool                               { return true }
 func (b behind) Queued(*proto.Job, uint64)                  {}
 func (b behind) WaitingFor(time.Duration) map[string]uint64 { return nil }
-func (b behind) Waiting(id string) (uint64, *proto.Job, bool) {
-	j, ok := b[id]
-	return 1, j, ok
+func (b behind) Waiting(id string) (uint64, bool) {
+	w, ok := b[id]
+	return w.seq, ok
 }
 
-// A supersede that reads an older job from the index's held copy, while
-// the job's record was written meanwhile, acts on the record: a job a
-// runner took goes on running, one whose record says queued is
-// superseded. The held copy costs no read, never a lost write.
+// A supersede that finds an older job waiting in JOBS, as the index
+// says, while the job's record was written meanwhile, acts on the record:
+// a job a runner took goes on running, one whose record says queued is
+// superseded, and so is one with no record yet.
 func TestSupersedeActsOnTheRecordTheIndexMissed(t *testing.T) {
 	nc, js, kv := natstest.Connect(t, natstest.Server(t))
 	st := status.New(kv)
@@ -57,7 +61,22 @@ func TestSupersedeActsOnTheRecordTheIndexMissed(t *testing.T) {
 	if _, err := st.Apply(ctx, recorded, status.Queue(0)); err != nil {
 		t.Fatal(err)
 	}
-	q := New(nil, behind{taken.ID: taken, recorded.ID: recorded, unrecorded.ID: unrecorded}, nil, Config{}, zap.NewNop())
+	index := behind{}
+	for _, j := range []*proto.Job{taken, recorded, unrecorded} {
+		data, err := json.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.Publish(ctx, proto.JobSubject(j.Project, j.Kind), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index[j.ID] = struct {
+			job *proto.Job
+			seq uint64
+		}{j, ack.Sequence}
+	}
+	q := New(nil, index, nil, Config{}, zap.NewNop())
 	q.conn.Store(&conn{nc: nc, js: js, status: st})
 	newer := job("newer", at)
 	q.supersede(q.conn.Load(), newer)

@@ -46,11 +46,11 @@ func TestIndex(t *testing.T) {
 	if got, want := ix.OlderOpenJobs("widgets", "t3", proto.KindReview, at), []string{"r1", "r2"}; !slices.Equal(got, want) {
 		t.Errorf("older open review jobs %v, want %v", got, want)
 	}
-	// A job that ended and is queued again (a dead letter retried) is
-	// open again.
+	// The index takes each version of a record as it comes: one that
+	// says open again after an ended one is open again.
 	older("r3", proto.KindReview, at.Add(-time.Hour), proto.StateQueued)
 	if got, want := ix.OlderOpenJobs("widgets", "t3", proto.KindReview, at), []string{"r1", "r2", "r3"}; !slices.Equal(got, want) {
-		t.Errorf("older open review jobs after r3 was queued again %v, want %v", got, want)
+		t.Errorf("older open review jobs after r3 said queued again %v, want %v", got, want)
 	}
 	for _, id := range []string{"r1", "r2", "r3", "r4", "x1"} {
 		ix.remove(id)

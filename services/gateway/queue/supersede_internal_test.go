@@ -17,7 +17,9 @@ import (
 // behind is an index a write behind the bucket: it still knows its jobs
 // as waiting in JOBS at their sequences, as just after they were
 // published, whatever their records say since.
-type behind map[string]struct {
+type behind map[string]waitingJob
+
+type waitingJob struct {
 	job *proto.Job
 	seq uint64
 }
@@ -71,10 +73,7 @@ func TestSupersedeActsOnTheRecordTheIndexMissed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		index[j.ID] = struct {
-			job *proto.Job
-			seq uint64
-		}{j, ack.Sequence}
+		index[j.ID] = waitingJob{j, ack.Sequence}
 	}
 	q := New(nil, index, nil, Config{}, zap.NewNop())
 	q.conn.Store(&conn{nc: nc, js: js, status: st})

@@ -208,10 +208,12 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 	})
 	env = append(env, "HOME="+home, "TMPDIR=/tmp")
 
+	// Every sandbox has a gate: the agent starts when its supervisor
+	// is told, so that one made ahead (prestart.go) runs nothing early.
 	sj := sandbox.Job{
 		Bwrap: c.bwrap, Init: c.init, Network: c.network, Argv: spec.Argv, Worktree: dir, Home: home,
 		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
-		Limits: c.limits, PATH: envValue(env, "PATH"),
+		Limits: c.limits, PATH: envValue(env, "PATH"), Gate: agent.GateFD,
 	}
 	releaseEtc := func() {}
 	if c.etc != nil {
@@ -262,7 +264,7 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		stop()
 		return nil, err
 	}
-	spec.Argv, spec.Env = argv, env
+	spec.Argv, spec.Env, spec.Gated = argv, env, true
 	return stop, nil
 }
 

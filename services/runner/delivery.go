@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +59,12 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 	}
 	log = log.With(zap.String("kind", string(job.Kind)), zap.String("project", job.Project), zap.String("task", job.Task.ID))
 
+	// The agent's sandbox is made beside the reads, admission and the
+	// worktree's checks, its agent held at its gate until run lets it
+	// start (prestart.go). Most jobs' attempt is their delivery's: one
+	// whose record says otherwise gets another sandbox.
+	pre := r.prestart(ctx, log, job, p, attempt)
+	defer pre.abort()
 	// The record read here is also what the running state is written
 	// over (see run), unless it changed meanwhile. What might hold the job
 	// is read beside it, and the queue its admission judges by: none of
@@ -170,7 +175,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 	}
 	lock.Store(l)
 	began := time.Now()
-	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec)
+	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec, pre)
 	out.began = began
 	settleAs(out)
 	return p
@@ -187,8 +192,8 @@ type record struct {
 // agent (or, for a cleanup, removes the worktree). p and tmpls are of the
 // registry version the job started with; rec is the job's record as read
 // when the job began, which the running state is written over unless it
-// changed since.
-func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record) (out outcome) {
+// changed since. pre is the agent's sandbox made ahead, if any.
+func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record, pre *prestart) (out outcome) {
 	logPath := r.ws.LogPath(job.ID, attempt)
 	if job.Kind == proto.KindCleanup {
 		logPath = ""
@@ -222,6 +227,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 			return outcome{end: ranToEnd, exitCode: -1, err: err}
 		}
 		r.dropState(ctx, log, job)
+		r.sessions.Delete(lockKey(job))
 		return outcome{end: ranToEnd}
 	}
 
@@ -260,7 +266,10 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	// what is left of the project's budget (budgetCap); the runner stops
 	// any agent past the job's max_cost_usd (capUSD). spent is what the
 	// agent's output showed spent, over the runs of this attempt.
-	capUSD, budgetCap := p.MaxCostUSD.For(string(job.Kind)), r.jobCap(ctx, job, p)
+	capUSD, budgetCap := p.MaxCostUSD.For(string(job.Kind)), pre.budget()
+	if budgetCap < 0 {
+		budgetCap = r.jobCap(ctx, job, p)
+	}
 	var (
 		spent float64
 		// proxyLimit is the reset of a usage limit the egress proxy saw
@@ -277,26 +286,19 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	// start runs the agent once, resuming session ("" for a fresh one):
 	// a resume the agent refuses runs again (see runCarried).
 	start := func(session string) (agent.Result, []string, string, error) {
-		argv, agentEnv := r.agentCommand(p, job.Kind)
-		argv, agentEnv = withSession(argv, agentEnv, session)
-		if agent.IsClaude(argv) {
-			argv = agent.WithSpendLimits(argv, left(budgetCap), p.MaxTurns)
-		}
-		spec := agent.Spec{
-			Argv: argv, Dir: dir, Stdin: text, LogPath: logPath,
-			Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
-			KillGrace: r.cfg.KillGrace,
-			Env: agent.Env(r.envAllow,
-				append(agentEnv, "ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
-					"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
-		}
-		spec.Notes = &agent.Notes{}
-		stopConfine, err := r.confine(log, job, p, dir, &spec)
-		if err != nil {
-			return agent.Result{}, argv, logPath, err
+		spec := r.agentSpec(job, p, attempt, dir, taskFile, logPath, session, left(budgetCap))
+		argv := spec.Argv
+		spec, stopConfine, ok := pre.take(log, spec)
+		if !ok {
+			var err error
+			if stopConfine, err = r.confine(log, job, p, dir, &spec); err != nil {
+				return agent.Result{}, argv, logPath, err
+			}
 		}
 		defer stopConfine()
-		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()), zap.String("resume", session))
+		spec.Stdin = text
+		log.Info("agent starting", zap.String("dir", dir), zap.String("log", logPath), zap.String("sandbox", r.conf.sandboxName()),
+			zap.Bool("sandbox_ahead", ok), zap.String("resume", session))
 		res, more, err := r.runAgent(ctx, log, job, attempt, spec, left(capUSD), p.MaxTurns)
 		spent += more
 		if u, ok := r.metered(job.ID); ok {
@@ -320,6 +322,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		session = c.SessionID
 	}
 	r.saveState(ctx, log, &cs, session, "end")
+	r.sessions.Store(lockKey(job), session)
 	switch {
 	case err != nil:
 		log.Warn("reading agent result", zap.Error(err))

@@ -629,3 +629,10 @@ func (r *Runner) deferJob(ctx context.Context, msg jetstream.Msg, job *proto.Job
 	}
 	return msg.DoubleAck(ctx)
 }
+
+// admitting reports whether a job delivered here waits for its admission.
+func (r *Runner) admitting() bool {
+	r.fair.mu.Lock()
+	defer r.fair.mu.Unlock()
+	return len(r.fair.here) > 0
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/kit/scrub"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/agent"
 )
 
 // Holds: a job that may not start now is held, not run and not failed
@@ -129,8 +130,12 @@ func (r *Runner) left(ctx context.Context, p *registry.Project) (usd float64, ok
 
 // jobCap is the most an attempt of job may spend by Claude Code's own
 // --max-budget-usd: the least of the project's max_cost_usd for the kind
-// and what is left of its budget; 0 is no cap.
+// and what is left of its budget; 0 is no cap. Only Claude Code takes
+// such a limit: for another agent it is 0, and nothing is read.
 func (r *Runner) jobCap(ctx context.Context, job *proto.Job, p *registry.Project) float64 {
+	if !agent.IsClaude(r.commandOf(p)) {
+		return 0
+	}
 	c := p.MaxCostUSD.For(string(job.Kind))
 	if left, ok := r.left(ctx, p); ok && left > 0 && (c <= 0 || left < c) {
 		c = left

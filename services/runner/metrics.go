@@ -57,6 +57,9 @@ type metrics struct {
 	// (mode bwrap or none), set at start.
 	egressDenied *prometheus.CounterVec
 	sandbox      *prometheus.GaugeVec
+	// ahead counts the sandboxes made ahead of their jobs' admission
+	// (prestart.go), by result: used, or ended unused.
+	ahead *prometheus.CounterVec
 	// spend is what the attempts this runner settled cost, by project
 	// (orch_spend_usd_total: summed over runners, the fleet's spend).
 	spend *prometheus.CounterVec
@@ -99,7 +102,10 @@ func newMetrics() *metrics {
 		remaining:    f.GaugeVec("orch_budget_remaining_usd", "What is left of a project's budget in the current window (day, month); negative when a window ended over it.", "project", "window"),
 		budget:       f.GaugeVec("orch_budget_usd", "A project's budget per window (day, month), from the registry: the base of orch_budget_remaining_usd.", "project", "window"),
 		sandbox:      f.GaugeVec("orch_runner_sandbox", "1 for how this runner confines its agents: mode bwrap (bubblewrap) or none (unconfined).", "mode"),
+		ahead:        f.CounterVec("orch_runner_sandboxes_ahead_total", "Sandboxes made beside a job's admission, its agent held at the gate, by result: used (the agent started in it), ended (unused: the job did not run, or ran another command or in a worktree made again).", "result"),
 	}
+	m.ahead.WithLabelValues("used")
+	m.ahead.WithLabelValues("ended")
 	for _, reason := range proto.HoldReasons {
 		m.held.WithLabelValues(reason)
 	}

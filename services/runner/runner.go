@@ -100,6 +100,10 @@ type Runner struct {
 	fair       fairness
 	// agents keeps agent supervisors started ahead of the jobs.
 	agents *agent.Pool
+	// sessions holds, by task (lockKey), the agent session the task's
+	// last job here ended with: what its next job likely resumes, which
+	// the sandbox made ahead runs (prestart.go).
+	sessions sync.Map
 }
 
 // Run pulls and runs jobs until ctx is cancelled, then stops taking jobs,

@@ -14,8 +14,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrTimeout is the error of an agent stopped by the watchdog.
@@ -51,6 +49,13 @@ type Spec struct {
 	// to in the supervisor's network namespace while the agent runs:
 	// its job's egress proxy. It needs a Pool made with a Forwarding.
 	Forward string
+	// Gated says Argv honours a gate (prestart.go): it runs nothing of
+	// the agent's before a byte can be read from descriptor GateFD.
+	Gated bool
+	// Started is this spec's agent, started up to its gate by Prestart:
+	// Run opens the gate when its order is the one Run would give, and
+	// ends it and starts afresh otherwise. Run owns it either way.
+	Started *Started
 }
 
 // Result is how a run ended.
@@ -83,6 +88,17 @@ func (p *Pool) Run(ctx context.Context, s Spec) Result {
 }
 
 func (p *Pool) run(ctx context.Context, s Spec) Result {
+	o := s.order()
+	st := s.Started
+	if st != nil && (!st.matches(o) || s.Drained == nil) {
+		st.Abort()
+		st = nil
+	}
+	defer func() {
+		if st != nil {
+			st.Abort() // its gate not opened: nothing of it ran
+		}
+	}()
 	if len(s.Argv) == 0 {
 		return Result{ExitCode: -1, Err: errors.New("empty agent command")}
 	}
@@ -94,47 +110,26 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		return Result{ExitCode: -1, Err: fmt.Errorf("opening log: %w", err)}
 	}
 	defer logf.Close()
-	// The task text on stdin comes from an unlinked file, not a pipe: no
-	// goroutine has to copy it, and an agent that never reads it cannot
-	// block anything.
-	stdin, err := os.CreateTemp("", "orch-stdin-*")
-	if err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("creating stdin file: %w", err)}
-	}
-	_ = os.Remove(stdin.Name())
-	defer stdin.Close()
-	if _, err := io.WriteString(stdin, s.Stdin); err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("writing stdin file: %w", err)}
-	}
-	if _, err := stdin.Seek(0, io.SeekStart); err != nil {
-		return Result{ExitCode: -1, Err: fmt.Errorf("rewinding stdin file: %w", err)}
-	}
-
-	// out is where the agent writes; notes is where the runner adds its
-	// own lines after the agent's output.
-	out, notes := logf, io.Writer(logf)
-	var outR int
 	if s.Drained != nil {
-		r, w, err := outputPipe()
-		if err != nil {
-			return Result{ExitCode: -1, Err: fmt.Errorf("creating output pipe: %w", err)}
-		}
-		defer w.Close()
 		defer s.Drained() // the runner's own notes
-		out, outR = w, r
 	}
-
-	grace := max(s.KillGrace, 0)
-	dir := s.Dir
-	if dir == "" {
-		// The runner's own, as a process it started would have.
-		dir, _ = os.Getwd()
-	}
-	sup, err := p.start(order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: grace, Forward: s.Forward}, stdin, out)
-	if err != nil {
-		if s.Drained != nil {
-			_ = unix.Close(outR)
+	// notes is where the runner adds its own lines after the agent's
+	// output.
+	notes := io.Writer(logf)
+	var (
+		sup  *supervisor
+		outR int
+	)
+	if st != nil {
+		// The task text goes where the agent, not started yet, reads it
+		// from: the file's offset, at its start, is shared with it.
+		if _, err := st.stdin.WriteAt([]byte(s.Stdin), 0); err != nil {
+			fmt.Fprintf(notes, "orch: %v\n", err)
+			return Result{ExitCode: -1, Err: fmt.Errorf("writing stdin file: %w", err)}
 		}
+		st.open()
+		sup, outR, st = st.sup, st.outR, nil
+	} else if sup, outR, err = p.startNow(s, o, logf); err != nil {
 		fmt.Fprintf(notes, "orch: %v\n", err)
 		return Result{ExitCode: -1, Err: fmt.Errorf("starting agent: %w", err)}
 	}
@@ -145,13 +140,10 @@ func (p *Pool) run(ctx context.Context, s Spec) Result {
 		defer s.Notes.attach(nil, nil)
 	}
 	var dr *drain
-	if s.Drained != nil {
-		// The supervisor and the agent hold the write end now; the
-		// pipe ends when the agent and what it left are gone and the
-		// supervisor has let go of it.
-		_ = out.Close()
+	if outR >= 0 {
 		dr = startDrain(outR, logf, s.Drained)
 	}
+	grace := o.Grace
 
 	done := make(chan ended, 1)
 	go func() { done <- sup.await() }()

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(poolOwnerEnv) != "" {
 		poolOwner()
 	}
+	if os.Getenv(prestartOwnerEnv) != "" {
+		prestartOwner()
+	}
 	natstest.VerifyTestMain(m)
 }
 

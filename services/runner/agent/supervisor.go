@@ -170,15 +170,23 @@ func readOrders(ctl *os.File) (<-chan incoming, <-chan struct{}) {
 // code >= 0 when the supervisor is to exit at once.
 func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan struct{}) (ws syscall.WaitStatus, cpu time.Duration, code int, again bool) {
 	o, files, err := in.o, in.files, in.err
-	if len(files) == 2 {
+	if len(files) >= 2 {
 		// The agent's standard streams are the supervisor's while it
 		// runs, so that its own words reach the job's log too.
 		_ = unix.Dup3(files[0], 0, 0)
 		_ = unix.Dup3(files[1], 1, 0)
 		_ = unix.Dup3(files[1], 2, 0)
+		_ = unix.Close(files[0])
+		_ = unix.Close(files[1])
 	}
-	for _, fd := range files {
-		_ = unix.Close(fd)
+	// A gate's read end goes to the command; its write end stays here
+	// until the agent has ended, so that the runner's death cannot open
+	// the gate: only the runner's byte does.
+	var gateR, gateW *os.File
+	if len(files) == 4 {
+		gateR, gateW = os.NewFile(uintptr(files[2]), "orch-gate"), os.NewFile(uintptr(files[3]), "orch-gate")
+		defer gateW.Close()
+		defer gateR.Close()
 	}
 	if err != nil || len(o.Argv) == 0 {
 		fmt.Fprintf(os.Stderr, "orch: bad supervisor order %+v: %v\n", o, err)
@@ -211,9 +219,15 @@ func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan stru
 	cmd.Env = o.Env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if gateR != nil {
+		cmd.ExtraFiles = []*os.File{gateR} // GateFD
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
 		return 0, 0, 127, false
+	}
+	if gateR != nil {
+		_ = gateR.Close()
 	}
 	pgid := cmd.Process.Pid
 

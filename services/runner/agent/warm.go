@@ -48,6 +48,11 @@ type order struct {
 	// Forward is the unix socket that the supervisor's forwarder leads
 	// to while this agent runs (Forwarding); "" for none.
 	Forward string `json:"forward,omitempty"`
+	// Gated says the order comes with a gate, a pipe's two ends, after
+	// the agent's streams: the supervisor gives the read end to the
+	// command as GateFD and holds the write end until the agent ends
+	// (prestart.go).
+	Gated bool `json:"gated,omitempty"`
 }
 
 // maxOrder bounds an order's size: an argv and environment the kernel
@@ -139,24 +144,30 @@ const takenTimeout = 10 * time.Second
 var errNotTaken = errors.New("the agent supervisor did not take its order")
 
 // send gives the supervisor its order, with stdin and out (the agent's
-// stdout and stderr) as descriptors, and waits until it answers that it
-// took it. A supervisor killed while it waited can still accept the
-// message: its socket closes only when the last of its threads is gone,
-// after its main thread already shows as a zombie. Such a one never
-// answers (errNotTaken), and the job is not lost to it.
-func (s *supervisor) send(o order, stdin, out *os.File) error {
+// stdout and stderr) and, for a gated order, the gate's two ends as
+// descriptors, and waits until it answers that it took it. A supervisor
+// killed while it waited can still accept the message: its socket closes
+// only when the last of its threads is gone, after its main thread
+// already shows as a zombie. Such a one never answers (errNotTaken), and
+// the job is not lost to it.
+func (s *supervisor) send(o order, stdin, out *os.File, gate ...*os.File) error {
 	body, err := json.Marshal(o)
 	if err != nil {
 		return err
 	}
 	msg := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 	msg = append(msg, body...)
-	rights := unix.UnixRights(int(stdin.Fd()), int(out.Fd()))
+	passed := []int{int(stdin.Fd()), int(out.Fd())}
+	for _, f := range gate {
+		passed = append(passed, int(f.Fd()))
+	}
+	rights := unix.UnixRights(passed...)
 	// A blocking stream socket takes the whole message, the descriptors
 	// with its first byte.
 	err = ignoringEINTR(func() error { return unix.Sendmsg(int(s.ctl.Fd()), msg, rights, nil, unix.MSG_NOSIGNAL) })
 	runtime.KeepAlive(stdin)
 	runtime.KeepAlive(out)
+	runtime.KeepAlive(gate)
 	if err != nil {
 		return err
 	}
@@ -271,7 +282,7 @@ func ignoringEINTR(f func() error) error {
 func receive(ctl *os.File) (o order, files []int, err error) {
 	fd := int(ctl.Fd())
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	var n, oobn int
 	err = ignoringEINTR(func() (err error) {
 		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -287,8 +298,8 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 	if err == nil && len(msgs) == 1 {
 		files, err = unix.ParseUnixRights(&msgs[0])
 	}
-	if err != nil || len(files) != 2 {
-		return o, files, fmt.Errorf("order without its two descriptors (%v)", err)
+	if err != nil || len(files) != 2 && len(files) != 4 {
+		return o, files, fmt.Errorf("order without its descriptors (%v)", err)
 	}
 	// The rest of the message, if one read did not bring it all.
 	msg := buf[:n]
@@ -306,7 +317,13 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 			return o, files, err
 		}
 	}
-	return o, files, json.Unmarshal(msg[4:4+size], &o)
+	if err := json.Unmarshal(msg[4:4+size], &o); err != nil {
+		return o, files, err
+	}
+	if o.Gated != (len(files) == 4) {
+		return o, files, fmt.Errorf("order with %d descriptors, gated %t", len(files), o.Gated)
+	}
+	return o, files, nil
 }
 
 // readMore reads into msg until it holds want bytes; an error when the
@@ -425,13 +442,13 @@ func (p *Pool) Close() {
 // start gives o to a waiting supervisor, or to one started for it when
 // none is waiting or the one taken is gone (killed while it waited).
 // finish is to be called with it when the run ends.
-func (p *Pool) start(o order, stdin, out *os.File) (*supervisor, error) {
+func (p *Pool) start(o order, stdin, out *os.File, gate ...*os.File) (*supervisor, error) {
 	var fwd *Forwarding
 	if p != nil {
 		fwd = p.fwd
 		select {
 		case s := <-p.ready:
-			if err := s.send(o, stdin, out); err == nil {
+			if err := s.send(o, stdin, out, gate...); err == nil {
 				return s, nil
 			}
 			s.kill()
@@ -445,7 +462,7 @@ func (p *Pool) start(o order, stdin, out *os.File) (*supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err = s.send(o, stdin, out); err != nil {
+	if err = s.send(o, stdin, out, gate...); err != nil {
 		s.kill()
 		return nil, fmt.Errorf("telling the agent supervisor what to run: %w", err)
 	}

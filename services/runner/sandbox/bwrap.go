@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -58,6 +59,11 @@ type Job struct {
 	// Etc is a copy of the host's /etc (Etc.Acquire), bound as the
 	// sandbox's /etc in one mount; "" binds the host's files one by one.
 	Etc string
+	// Gate, when above 0, is a descriptor bwrap is started with: once
+	// the sandbox is made, bwrap waits until it can read a byte from it
+	// (or its end of file), closes it, then starts the agent (bwrap's
+	// --block-fd; see agent.Prestart).
+	Gate int
 }
 
 // Command is the argv that runs j's agent in its sandbox: bwrap, its
@@ -79,6 +85,9 @@ func (j Job) Command() ([]string, error) {
 	}
 	args = append(args, systemArgs(j.Etc)...)
 	args = append(args, "--tmpfs", "/tmp", "--dir", "/run/orch")
+	if j.Gate > 0 {
+		args = append(args, "--block-fd", strconv.Itoa(j.Gate))
+	}
 
 	progs, err := programArgs(j.Argv, j.PATH)
 	if err != nil {

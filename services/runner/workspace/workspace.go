@@ -129,11 +129,16 @@ func (w *Workspace) LogPath(jobID string, attempt int) string {
 	return filepath.Join(w.Root, "logs", proto.Token(jobID), strconv.Itoa(attempt)+".log")
 }
 
+// TaskFilePath is where TaskFile writes job jobID's task text in dir.
+func TaskFilePath(dir, jobID string) string {
+	return filepath.Join(dir, ".orch", "task-"+proto.Token(jobID)+".md")
+}
+
 // TaskFile writes the task text for the agent into dir and returns its
 // path. It lives under .orch/, which the agent is told to leave alone and
 // which is kept out of git by the worktree's info/exclude.
 func (w *Workspace) TaskFile(dir, jobID, text string) (string, error) {
-	path := filepath.Join(dir, ".orch", "task-"+proto.Token(jobID)+".md")
+	path := TaskFilePath(dir, jobID)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", fmt.Errorf("creating task file dir: %w", err)
 	}

@@ -1,0 +1,178 @@
+package agent
+
+// Agents started up to a gate.
+//
+// A confined agent's start is mostly its sandbox's: bwrap's namespaces
+// and mounts take milliseconds, several times an exec. What a job does
+// before its agent's start (admission's writes, the worktree's checks,
+// the task text) changes nothing the sandbox is made of, so the runner
+// may make the sandbox beside that work and let the agent start once the
+// job may run.
+//
+// A spec that is Gated runs nothing of the agent's before a byte can be
+// read from descriptor GateFD (bwrap's --block-fd, which bwrap reads once
+// the sandbox is made, and closes before it runs the agent). Prestart
+// starts such a spec up to its gate; Run, given it in Spec.Started, opens
+// the gate, and Abort ends it unopened. The gate is a pipe whose write
+// end the supervisor holds as well as the runner, until the agent ends:
+// when the runner dies, the gate does not open by its end of file; the
+// supervisor sees the same end on its socket and kills the sandbox.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// GateFD is the descriptor of the gate's read end in a gated order's
+// command.
+const GateFD = 3
+
+// Started is an agent started up to its gate (Prestart).
+type Started struct {
+	p     *Pool
+	o     order
+	sup   *supervisor
+	stdin *os.File
+	outR  int
+	// gate is the runner's write end of the gate.
+	gate *os.File
+}
+
+// Prestart starts s's agent up to its gate: its supervisor has its
+// order, and its sandbox is being made. s must be Gated; its Stdin and
+// Drained are Run's. The result is to be given to Run (Spec.Started) or
+// ended with Abort.
+func (p *Pool) Prestart(s Spec) (*Started, error) {
+	o := s.order()
+	if !o.Gated || len(o.Argv) == 0 {
+		return nil, errors.New("only a gated agent command can be started ahead")
+	}
+	stdin, err := stdinFile("")
+	if err != nil {
+		return nil, err
+	}
+	outR, w, err := outputPipe()
+	if err != nil {
+		_ = stdin.Close()
+		return nil, fmt.Errorf("creating output pipe: %w", err)
+	}
+	defer w.Close() // the supervisor's, once sent
+	gr, gw, err := os.Pipe()
+	if err != nil {
+		_ = stdin.Close()
+		_ = unix.Close(outR)
+		return nil, fmt.Errorf("creating the gate: %w", err)
+	}
+	defer gr.Close() // the supervisor's, once sent
+	sup, err := p.start(o, stdin, w, gr, gw)
+	if err != nil {
+		_ = stdin.Close()
+		_ = unix.Close(outR)
+		_ = gw.Close()
+		return nil, err
+	}
+	return &Started{p: p, o: o, sup: sup, stdin: stdin, outR: outR, gate: gw}, nil
+}
+
+// matches reports whether o is the order st was started with.
+func (st *Started) matches(o order) bool {
+	return slices.Equal(st.o.Argv, o.Argv) && st.o.Dir == o.Dir && slices.Equal(st.o.Env, o.Env) &&
+		st.o.Grace == o.Grace && st.o.Forward == o.Forward && st.o.Gated == o.Gated
+}
+
+// open lets the agent start. A sandbox that ended meanwhile cannot read
+// the byte; its supervisor reports how it ended.
+func (st *Started) open() {
+	_, _ = st.gate.Write([]byte{1})
+	_ = st.gate.Close()
+	_ = st.stdin.Close() // the supervisor's copy is the agent's
+}
+
+// Abort ends an agent started up to its gate without opening it: nothing
+// of the agent's ran. It returns once the supervisor has killed and
+// reaped the sandbox.
+func (st *Started) Abort() {
+	st.sup.signal(syscall.SIGTERM)
+	st.sup.await()
+	st.p.finish(st.sup, false)
+	_ = st.gate.Close()
+	_ = st.stdin.Close()
+	_ = unix.Close(st.outR)
+}
+
+// order is the order that runs s.
+func (s Spec) order() order {
+	dir := s.Dir
+	if dir == "" {
+		// The runner's own, as a process it started would have.
+		dir, _ = os.Getwd()
+	}
+	return order{Argv: s.Argv, Dir: dir, Env: s.Env, Grace: max(s.KillGrace, 0), Forward: s.Forward, Gated: s.Gated}
+}
+
+// startNow gives o, s's order, to a supervisor with its streams: the task
+// text in stdin, the output into a pipe when s is Drained (outR, its read
+// end; else -1) or into logf. A gated order's gate opens at once.
+func (p *Pool) startNow(s Spec, o order, logf *os.File) (sup *supervisor, outR int, err error) {
+	stdin, err := stdinFile(s.Stdin)
+	if err != nil {
+		return nil, -1, err
+	}
+	defer stdin.Close() // the supervisor's copy is the agent's
+	out, outR := logf, -1
+	if s.Drained != nil {
+		r, w, err := outputPipe()
+		if err != nil {
+			return nil, -1, fmt.Errorf("creating output pipe: %w", err)
+		}
+		// The supervisor and the agent hold the write end once sent; the
+		// pipe ends when the agent and what it left are gone and the
+		// supervisor has let go of it.
+		defer w.Close()
+		out, outR = w, r
+	}
+	var gate []*os.File
+	if o.Gated {
+		gr, gw, err := os.Pipe()
+		if err != nil {
+			if outR >= 0 {
+				_ = unix.Close(outR)
+			}
+			return nil, -1, fmt.Errorf("creating the gate: %w", err)
+		}
+		defer gr.Close()
+		defer gw.Close()
+		gate = []*os.File{gr, gw}
+	}
+	if sup, err = p.start(o, stdin, out, gate...); err != nil {
+		if outR >= 0 {
+			_ = unix.Close(outR)
+		}
+		return nil, -1, err
+	}
+	if o.Gated {
+		_, _ = gate[1].Write([]byte{1})
+	}
+	return sup, outR, nil
+}
+
+// stdinFile is an unlinked file holding text, to be the agent's standard
+// input: no goroutine has to copy it, and an agent that never reads it
+// cannot block anything. Its offset is left at the start.
+func stdinFile(text string) (*os.File, error) {
+	f, err := os.CreateTemp("", "orch-stdin-*")
+	if err != nil {
+		return nil, fmt.Errorf("creating stdin file: %w", err)
+	}
+	_ = os.Remove(f.Name())
+	if _, err := f.WriteAt([]byte(text), 0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("writing stdin file: %w", err)
+	}
+	return f, nil
+}

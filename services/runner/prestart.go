@@ -1,0 +1,207 @@
+package runner
+
+import (
+	"cmp"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/orch-dev/orch/kit/registry"
+	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner/agent"
+	"github.com/orch-dev/orch/services/runner/workspace"
+)
+
+// Sandboxes made ahead.
+//
+// A confined agent's start is mostly bwrap's: its namespaces and mounts
+// take several milliseconds, more than the whole of the runner's work
+// between a job's delivery and its agent's start (admission's writes,
+// the worktree's checks, the task's state, the task text). None of that
+// work changes what the sandbox is made of when the task's worktree
+// exists already, so the sandbox is made beside it: once the job's
+// record and holds are read, the agent's command is made as run would
+// make it, confined, and started up to its gate (agent.Prestart). The
+// agent itself starts only when run lets it: after the job's slot and
+// task lock are held and its worktree is ready, and only when the
+// command run makes then is the same, and the worktree, its .git file
+// and the task's home are the directories and file the sandbox bound
+// (not made again meanwhile). Otherwise, and on every way out of a job
+// before run starts its agent (a cancel, a deferral, a lost lock), the
+// sandbox is killed at its gate: nothing of the agent's ran.
+//
+// What the command depends on is read ahead too: what is left of the
+// project's budget (its --max-budget-usd), and the session the task's
+// last job here ended with (sessions), which its next one usually
+// resumes. A new task has no worktree yet: its sandbox is made once the
+// worktree is, as before.
+
+// prestart is a job's sandbox made ahead, once done is closed: none when
+// st is nil.
+type prestart struct {
+	done  chan struct{}
+	count *prometheus.CounterVec
+	// base is the agent's spec before its confinement, and binds the
+	// directories and files the sandbox bound, as they were then.
+	base  agent.Spec
+	binds []fileID
+	// spec is base confined, stop ends its confinement, and st is its
+	// agent waiting at the gate, until taken.
+	spec agent.Spec
+	stop func()
+	st   *agent.Started
+	// cap is what was left of the budget for the command (jobCap).
+	cap   float64
+	taken bool
+}
+
+// prestart makes job's sandbox ahead when job runs confined in its
+// task's worktree, which exists, and no other job delivered here waits
+// for its admission (then this one likely waits or is put back, and a
+// sandbox made for it would be ended unused); nil otherwise. abort must
+// be called.
+func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) *prestart {
+	if r.conf.bwrap == "" || job.Kind == proto.KindCleanup || r.admitting() {
+		return nil
+	}
+	dir, err := r.ws.WorktreeDir(job.Project, job.Task.ID)
+	if err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
+		return nil // a new task's, made under its lock
+	}
+	ps := &prestart{done: make(chan struct{}), count: r.metrics.ahead, cap: -1}
+	go func() {
+		defer close(ps.done)
+		session, _ := r.sessions.Load(lockKey(job))
+		s, _ := session.(string)
+		budget := r.jobCap(ctx, job, p)
+		base := r.agentSpec(job, p, attempt, dir, workspace.TaskFilePath(dir, job.ID), r.ws.LogPath(job.ID, attempt), s, budget)
+		spec := base
+		stop, err := r.confine(log, job, p, dir, &spec)
+		if err != nil {
+			log.Debug("making the sandbox ahead", zap.Error(err))
+			return
+		}
+		home, _ := r.homeDir(job)
+		binds := identify(dir, filepath.Join(dir, ".git"), home)
+		st, err := r.agents.Prestart(spec)
+		if err != nil {
+			stop()
+			log.Debug("making the sandbox ahead", zap.Error(err))
+			return
+		}
+		ps.base, ps.binds, ps.spec, ps.stop, ps.st, ps.cap = base, binds, spec, stop, st, budget
+	}()
+	return ps
+}
+
+// budget is the budget's cap read for the sandbox made ahead, or -1.
+func (ps *prestart) budget() float64 {
+	if ps == nil {
+		return -1
+	}
+	<-ps.done
+	return ps.cap
+}
+
+// take returns the sandbox made ahead for base, the agent's spec as run
+// makes it now, confined and its agent in Started, with what ends its
+// confinement; ok is false when there is none or it was made for another
+// command or other directories (then it is ended, and base is returned).
+// It is taken once.
+func (ps *prestart) take(log *zap.Logger, base agent.Spec) (spec agent.Spec, stop func(), ok bool) {
+	if ps == nil {
+		return base, nil, false
+	}
+	<-ps.done
+	if ps.st == nil || ps.taken {
+		return base, nil, false
+	}
+	if !sameCommand(ps.base, base) || !slices.Equal(ps.binds, identify(paths(ps.binds)...)) {
+		log.Debug("the sandbox made ahead is not this command's: making another")
+		ps.abort()
+		return base, nil, false
+	}
+	ps.taken = true
+	ps.count.WithLabelValues("used").Inc()
+	spec = ps.spec
+	spec.Started = ps.st
+	return spec, ps.stop, true
+}
+
+// abort ends the sandbox made ahead unless it was taken.
+func (ps *prestart) abort() {
+	if ps == nil {
+		return
+	}
+	<-ps.done
+	if ps.st != nil && !ps.taken {
+		ps.taken = true
+		ps.st.Abort()
+		ps.stop()
+		ps.count.WithLabelValues("ended").Inc()
+	}
+}
+
+// sameCommand reports whether a and b run the same agent command in the
+// same place.
+func sameCommand(a, b agent.Spec) bool {
+	return slices.Equal(a.Argv, b.Argv) && slices.Equal(a.Env, b.Env) && a.Dir == b.Dir &&
+		a.LogPath == b.LogPath && a.Timeout == b.Timeout && a.KillGrace == b.KillGrace
+}
+
+// fileID names a file: its path, and the device and inode it had.
+type fileID struct {
+	path     string
+	dev, ino uint64
+}
+
+// identify names each of paths as it is now; a missing one has zeros.
+func identify(paths ...string) []fileID {
+	ids := make([]fileID, len(paths))
+	for i, p := range paths {
+		ids[i].path = p
+		if fi, err := os.Stat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				ids[i].dev, ids[i].ino = uint64(st.Dev), st.Ino
+			}
+		}
+	}
+	return ids
+}
+
+func paths(ids []fileID) []string {
+	ps := make([]string, len(ids))
+	for i, id := range ids {
+		ps[i] = id.path
+	}
+	return ps
+}
+
+// agentSpec is the spec of job's agent as run starts it in dir, unconfined:
+// its command (resuming session, "" for a fresh one; with budget as
+// Claude Code's own limit), environment, log and watchdog.
+func (r *Runner) agentSpec(job *proto.Job, p *registry.Project, attempt int, dir, taskFile, logPath, session string, budget float64) agent.Spec {
+	argv, agentEnv := r.agentCommand(p, job.Kind)
+	argv, agentEnv = withSession(argv, agentEnv, session)
+	if agent.IsClaude(argv) {
+		argv = agent.WithSpendLimits(argv, budget, p.MaxTurns)
+	}
+	return agent.Spec{
+		Argv: argv, Dir: dir, LogPath: logPath,
+		Timeout:   cmp.Or(p.AgentTimeout, r.cfg.AgentTimeout),
+		KillGrace: r.cfg.KillGrace,
+		Env: agent.Env(r.envAllow,
+			append(agentEnv, "ORCH_JOB_ID="+job.ID, "ORCH_ATTEMPT="+strconv.Itoa(attempt), "ORCH_KIND="+string(job.Kind),
+				"ORCH_PROJECT="+job.Project, "ORCH_TASK="+job.Task.ID, "ORCH_TASK_FILE="+taskFile)...),
+		Notes: &agent.Notes{},
+	}
+}

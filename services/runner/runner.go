@@ -22,12 +22,14 @@
 // carry.go (the task's work and session carried over from an earlier
 // attempt, saved for the next), agentcmd.go (the agent's argv and
 // environment, Claude Code's permissions), confine.go (the agent's
-// sandbox, egress proxy and limits, chosen at start), output.go (running
-// the agent while its output goes to JOBS_LOGS), spendwatch.go (a running
-// agent's spend against its cap), meters.go (the egress proxy's meter of
-// it, and a 429 that is the account's usage limit), prices.go (the price
-// table of ORCH_MODEL_PRICES_FILE), secrets.go (the agent's words scrubbed
-// before the record keeps them), lease.go and lock.go, cancel.go (the
+// sandbox, egress proxy and limits, chosen at start), prestart.go (the
+// sandbox made beside admission, its agent held at a gate), output.go
+// (running the agent while its output goes to JOBS_LOGS), spendwatch.go
+// (a running agent's spend against its cap), meters.go (the egress
+// proxy's meter of it, and a 429 that is the account's usage limit),
+// prices.go (the price table of ORCH_MODEL_PRICES_FILE), secrets.go (the
+// agent's words scrubbed before the record keeps them), lease.go and
+// lock.go, cancel.go (the
 // cancel watch), decide.go (what an outcome means: the verdict, pure and
 // table-tested), settle.go (applying the verdict: the record, ack or
 // nak), pipeline.go (the next kind), backoff.go (the waits between tries)

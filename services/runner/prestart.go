@@ -25,9 +25,11 @@ import (
 // between a job's delivery and its agent's start (admission's writes,
 // the worktree's checks, the task's state, the task text). None of that
 // work changes what the sandbox is made of when the task's worktree
-// exists already, so the sandbox is made beside it: once the job's
-// record and holds are read, the agent's command is made as run would
-// make it, confined, and started up to its gate (agent.Prestart). The
+// exists already, so the sandbox is made beside it: as soon as the job
+// is delivered, beside the reads of its record and holds, the agent's
+// command is made as run would make it (for the attempt of the delivery,
+// which is the job's unless its record says it was held before),
+// confined, and started up to its gate (agent.Prestart). The
 // agent itself starts only when run lets it: after the job's slot and
 // task lock are held and its worktree is ready, and only when the
 // command run makes then is the same, and the worktree, its .git file

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -134,9 +135,13 @@ func TestPoolEndsWithItsOwner(t *testing.T) {
 	})
 }
 
-func testPoolEndsWithItsOwner(t *testing.T, mode string) {
+// startOwner starts the test binary as a process that owns supervisors
+// (kv in its environment makes it one: see TestMain) and returns once it
+// says it is ready.
+func startOwner(t *testing.T, kv string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), poolOwnerEnv+"="+mode)
+	cmd.Env = append(os.Environ(), kv)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +149,16 @@ func testPoolEndsWithItsOwner(t *testing.T, mode string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 6)
-	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
-		t.Fatalf("pool owner said %q, %v", buf, err)
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the owner (%s) said %q, %v", kv, line, err)
 	}
+	return cmd
+}
+
+func testPoolEndsWithItsOwner(t *testing.T, mode string) {
+	cmd := startOwner(t, poolOwnerEnv+"="+mode)
 	var waiting []int
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if waiting = supervisorsOf(cmd.Process.Pid); len(waiting) != 2 {

@@ -1,11 +1,9 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -147,20 +145,7 @@ func TestPrestartAborted(t *testing.T) {
 // kills the sandbox.
 func TestPrestartRunnerKilled(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), prestartOwnerEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("prestart owner said %q, %v", line, err)
-	}
+	cmd := startOwner(t, prestartOwnerEnv+"="+dir)
 	pid := atGate(t, dir)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()

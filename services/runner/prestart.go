@@ -49,10 +49,11 @@ import (
 type prestart struct {
 	done  chan struct{}
 	count *prometheus.CounterVec
-	// base is the agent's spec before its confinement, and binds the
-	// directories and files the sandbox bound, as they were then.
+	// base is the agent's spec before its confinement; bound are
+	// directories and a file the sandbox bound, and ids what they were.
 	base  agent.Spec
-	binds []fileID
+	bound []string
+	ids   []fileID
 	// spec is base confined, stop ends its confinement, and st is its
 	// agent waiting at the gate, until taken.
 	spec agent.Spec
@@ -69,7 +70,7 @@ type prestart struct {
 // sandbox made for it would be ended unused); nil otherwise. abort must
 // be called.
 func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) *prestart {
-	if r.conf.bwrap == "" || job.Kind == proto.KindCleanup || r.admitting() {
+	if r.conf.bwrap == "" || !job.Kind.RunsAgent() || r.admitting() {
 		return nil
 	}
 	dir, err := r.ws.WorktreeDir(job.Project, job.Task.ID)
@@ -93,14 +94,15 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 			return
 		}
 		home, _ := r.homeDir(job)
-		binds := identify(dir, filepath.Join(dir, ".git"), home)
+		bound := []string{dir, filepath.Join(dir, ".git"), home}
+		ids := identify(bound)
 		st, err := r.agents.Prestart(spec)
 		if err != nil {
 			stop()
 			log.Debug("making the sandbox ahead", zap.Error(err))
 			return
 		}
-		ps.base, ps.binds, ps.spec, ps.stop, ps.st, ps.cap = base, binds, spec, stop, st, budget
+		ps.base, ps.bound, ps.ids, ps.spec, ps.stop, ps.st, ps.cap = base, bound, ids, spec, stop, st, budget
 	}()
 	return ps
 }
@@ -127,7 +129,7 @@ func (ps *prestart) take(log *zap.Logger, base agent.Spec) (spec agent.Spec, sto
 	if ps.st == nil || ps.taken {
 		return base, nil, false
 	}
-	if !sameCommand(ps.base, base) || !slices.Equal(ps.binds, identify(paths(ps.binds)...)) {
+	if !sameCommand(ps.base, base) || !slices.Equal(ps.ids, identify(ps.bound)) {
 		log.Debug("the sandbox made ahead is not this command's: making another")
 		ps.abort()
 		return base, nil, false
@@ -160,17 +162,13 @@ func sameCommand(a, b agent.Spec) bool {
 		a.LogPath == b.LogPath && a.Timeout == b.Timeout && a.KillGrace == b.KillGrace
 }
 
-// fileID names a file: its path, and the device and inode it had.
-type fileID struct {
-	path     string
-	dev, ino uint64
-}
+// fileID is a file's device and inode.
+type fileID struct{ dev, ino uint64 }
 
-// identify names each of paths as it is now; a missing one has zeros.
-func identify(paths ...string) []fileID {
+// identify is what each of paths is now; zeros for a missing one.
+func identify(paths []string) []fileID {
 	ids := make([]fileID, len(paths))
 	for i, p := range paths {
-		ids[i].path = p
 		if fi, err := os.Stat(p); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				ids[i].dev, ids[i].ino = uint64(st.Dev), st.Ino
@@ -178,14 +176,6 @@ func identify(paths ...string) []fileID {
 		}
 	}
 	return ids
-}
-
-func paths(ids []fileID) []string {
-	ps := make([]string, len(ids))
-	for i, id := range ids {
-		ps[i] = id.path
-	}
-	return ps
 }
 
 // agentSpec is the spec of job's agent as run starts it in dir, unconfined:

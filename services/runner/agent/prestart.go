@@ -56,27 +56,12 @@ func (p *Pool) Prestart(s Spec) (*Started, error) {
 	if err != nil {
 		return nil, err
 	}
-	outR, w, err := outputPipe()
+	sup, outR, gate, err := p.launch(o, stdin, nil)
 	if err != nil {
 		_ = stdin.Close()
-		return nil, fmt.Errorf("creating output pipe: %w", err)
-	}
-	defer w.Close() // the supervisor's, once sent
-	gr, gw, err := os.Pipe()
-	if err != nil {
-		_ = stdin.Close()
-		_ = unix.Close(outR)
-		return nil, fmt.Errorf("creating the gate: %w", err)
-	}
-	defer gr.Close() // the supervisor's, once sent
-	sup, err := p.start(o, stdin, w, gr, gw)
-	if err != nil {
-		_ = stdin.Close()
-		_ = unix.Close(outR)
-		_ = gw.Close()
 		return nil, err
 	}
-	return &Started{p: p, o: o, sup: sup, stdin: stdin, outR: outR, gate: gw}, nil
+	return &Started{p: p, o: o, sup: sup, stdin: stdin, outR: outR, gate: gate}, nil
 }
 
 // matches reports whether o is the order st was started with.
@@ -88,9 +73,15 @@ func (st *Started) matches(o order) bool {
 // open lets the agent start. A sandbox that ended meanwhile cannot read
 // the byte; its supervisor reports how it ended.
 func (st *Started) open() {
-	_, _ = st.gate.Write([]byte{1})
-	_ = st.gate.Close()
+	openGate(st.gate)
 	_ = st.stdin.Close() // the supervisor's copy is the agent's
+}
+
+// openGate writes the byte that lets a gated agent start, and closes the
+// runner's end.
+func openGate(gate *os.File) {
+	_, _ = gate.Write([]byte{1})
+	_ = gate.Close()
 }
 
 // Abort ends an agent started up to its gate without opening it: nothing
@@ -124,11 +115,26 @@ func (p *Pool) startNow(s Spec, o order, logf *os.File) (sup *supervisor, outR i
 		return nil, -1, err
 	}
 	defer stdin.Close() // the supervisor's copy is the agent's
-	out, outR := logf, -1
 	if s.Drained != nil {
+		logf = nil // into a pipe
+	}
+	sup, outR, gate, err := p.launch(o, stdin, logf)
+	if gate != nil {
+		openGate(gate)
+	}
+	return sup, outR, err
+}
+
+// launch gives o to a supervisor with the agent's streams: stdin, and the
+// output into logf or, when logf is nil, into a pipe whose read end is
+// outR (else -1). A gated order's gate is made, and its write end
+// returned shut.
+func (p *Pool) launch(o order, stdin, logf *os.File) (sup *supervisor, outR int, gate *os.File, err error) {
+	out, outR := logf, -1
+	if logf == nil {
 		r, w, err := outputPipe()
 		if err != nil {
-			return nil, -1, fmt.Errorf("creating output pipe: %w", err)
+			return nil, -1, nil, fmt.Errorf("creating output pipe: %w", err)
 		}
 		// The supervisor and the agent hold the write end once sent; the
 		// pipe ends when the agent and what it left are gone and the
@@ -136,29 +142,28 @@ func (p *Pool) startNow(s Spec, o order, logf *os.File) (sup *supervisor, outR i
 		defer w.Close()
 		out, outR = w, r
 	}
-	var gate []*os.File
+	var ends []*os.File
 	if o.Gated {
 		gr, gw, err := os.Pipe()
 		if err != nil {
 			if outR >= 0 {
 				_ = unix.Close(outR)
 			}
-			return nil, -1, fmt.Errorf("creating the gate: %w", err)
+			return nil, -1, nil, fmt.Errorf("creating the gate: %w", err)
 		}
-		defer gr.Close()
-		defer gw.Close()
-		gate = []*os.File{gr, gw}
+		defer gr.Close() // the supervisor's once sent
+		ends, gate = []*os.File{gr, gw}, gw
 	}
-	if sup, err = p.start(o, stdin, out, gate...); err != nil {
+	if sup, err = p.start(o, stdin, out, ends...); err != nil {
 		if outR >= 0 {
 			_ = unix.Close(outR)
 		}
-		return nil, -1, err
+		if gate != nil {
+			_ = gate.Close()
+		}
+		return nil, -1, nil, err
 	}
-	if o.Gated {
-		_, _ = gate[1].Write([]byte{1})
-	}
-	return sup, outR, nil
+	return sup, outR, gate, nil
 }
 
 // stdinFile is an unlinked file holding text, to be the agent's standard

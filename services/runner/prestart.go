@@ -93,8 +93,7 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 			log.Debug("making the sandbox ahead", zap.Error(err))
 			return
 		}
-		home, _ := r.homeDir(job)
-		bound := []string{dir, filepath.Join(dir, ".git"), home}
+		bound := []string{dir, filepath.Join(dir, ".git"), envValue(spec.Env, "HOME")}
 		ids := identify(bound)
 		st, err := r.agents.Prestart(spec)
 		if err != nil {

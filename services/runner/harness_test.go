@@ -290,24 +290,36 @@ func hostPid(t *testing.T, dir string, pid int) int {
 
 // findHostPid is hostPid's one look through /proc; 0 when none is found.
 func findHostPid(dir string, pid int) int {
-	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err == nil && len(nsPids(pid)) == 1 && strings.Contains(string(env), dir) {
+	if len(nsPids(pid)) == 1 && strings.Contains(environ(pid), dir) {
 		return pid
 	}
-	entries, _ := os.ReadDir("/proc")
-	for _, en := range entries {
-		host, err := strconv.Atoi(en.Name())
-		if err != nil {
-			continue
-		}
+	found := processes(func(host int) bool {
 		ns := nsPids(host)
-		if len(ns) < 2 || ns[len(ns)-1] != pid {
-			continue
-		}
-		if env, err := os.ReadFile(filepath.Join("/proc", en.Name(), "environ")); err == nil && strings.Contains(string(env), dir) {
-			return host
+		return len(ns) >= 2 && ns[len(ns)-1] == pid && strings.Contains(environ(host), dir)
+	})
+	if len(found) == 0 {
+		return 0
+	}
+	return found[0]
+}
+
+// processes lists the processes in /proc for which keep is true.
+func processes(keep func(pid int) bool) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && keep(pid) {
+			pids = append(pids, pid)
 		}
 	}
-	return 0
+	return pids
+}
+
+// environ is pid's environment as /proc has it, NUL-separated; "" when
+// it cannot be read.
+func environ(pid int) string {
+	env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	return string(env)
 }
 
 // nsPids is the NSpid line of /proc/<pid>/status: the process's pid in
@@ -417,18 +429,10 @@ func runAlive(name string) bool {
 		return false
 	}
 	job, attempt := "ORCH_JOB_ID="+parts[1]+"\x00", "ORCH_ATTEMPT="+parts[2]+"\x00"
-	entries, _ := os.ReadDir("/proc")
-	for _, en := range entries {
-		pid, err := strconv.Atoi(en.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", en.Name(), "environ"))
-		if err == nil && strings.Contains(string(env), job) && strings.Contains(string(env), attempt) && agent.Alive(pid) {
-			return true
-		}
-	}
-	return false
+	return len(processes(func(pid int) bool {
+		env := environ(pid)
+		return strings.Contains(env, job) && strings.Contains(env, attempt) && agent.Alive(pid)
+	})) > 0
 }
 
 // result returns the maximum overlap and, per job, how many runs finished.

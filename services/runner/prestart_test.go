@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,17 +94,5 @@ while [ -e $RUNS/hold-$ORCH_JOB_ID ]; do sleep 0.05; done
 
 // withEnv lists the processes whose environment holds kv.
 func withEnv(kv string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && strings.Contains("\x00"+string(env), "\x00"+kv+"\x00") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return processes(func(pid int) bool { return strings.Contains("\x00"+environ(pid), "\x00"+kv+"\x00") })
 }

@@ -21,11 +21,10 @@ import (
 // directory of the agent's files.
 const prestartOwnerEnv = "ORCH_TEST_PRESTART_OWNER"
 
-// gated is a gated spec in dir, as bwrap's --block-fd would run it: the
+// gated is a gated spec in dir, as bwrap's --block-fd runs it: the
 // command writes its pid to dir/gated.pid, waits at the gate (descriptor
-// agent.GateFD) and runs the agent only with the byte that opens it,
-// never on the gate's end of file. The agent writes dir/ran, then runs
-// body.
+// agent.GateFD) until it reads a byte or the gate's end of file, and then
+// runs the agent, either way. The agent writes dir/ran, then runs body.
 func gated(t testing.TB, dir, body string) agent.Spec {
 	t.Helper()
 	s, err := gatedSpec(dir, body)
@@ -40,7 +39,7 @@ func gatedSpec(dir, body string) (agent.Spec, error) {
 	if err := os.WriteFile(agentSh, []byte("touch "+filepath.Join(dir, "ran")+"\n"+body+"\n"), 0o644); err != nil {
 		return agent.Spec{}, err
 	}
-	gate := fmt.Sprintf(`echo $$ > %s; [ "$(head -c 1 <&%d | wc -c)" = 1 ] || exit 99; exec %d<&-; exec sh %s`,
+	gate := fmt.Sprintf(`echo $$ > %s; head -c 1 <&%d >/dev/null; exec %d<&-; exec sh %s`,
 		filepath.Join(dir, "gated.pid"), agent.GateFD, agent.GateFD, agentSh)
 	return agent.Spec{Argv: []string{"sh", "-c", gate}, Dir: dir, Env: agent.Env(agent.EnvAllowDefault), Gated: true,
 		LogPath: filepath.Join(dir, "logs", "1.log"), KillGrace: 200 * time.Millisecond, Drained: func() {}}, nil

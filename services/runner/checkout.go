@@ -55,8 +55,12 @@ func repoOf(p *registry.Project) workspace.Repo {
 // workspace.MakeSpare). It is only a head start: a failure is logged, and
 // the next new task adds its worktree itself.
 func (r *Runner) makeSpare(ctx context.Context, p *registry.Project) {
-	if err := r.ws.MakeSpare(ctx, repoOf(p)); err != nil {
+	made, err := r.ws.MakeSpare(ctx, repoOf(p))
+	if err != nil {
 		r.log.Warn("making the spare worktree", zap.String("project", p.Key), zap.Error(err))
+	}
+	if made {
+		r.metrics.spares.WithLabelValues(p.Key).Inc()
 	}
 }
 

@@ -182,8 +182,10 @@ func (c confinement) record(st *proto.Status) {
 // dir: the sandbox's command, an environment without the runner's
 // credentials, the task's home, and the job's egress proxy, which the
 // returned stop closes (after the agent ended). Unconfined, it only puts
-// the limits on the agent.
-func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, spec *agent.Spec) (stop func(), err error) {
+// the limits on the agent. src is the directory bound at dir: dir itself,
+// or the spare worktree the task is about to take (prestart.go), where
+// the agent's supervisor then starts, dir not being there yet.
+func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir, src string, spec *agent.Spec) (stop func(), err error) {
 	c := r.conf
 	if c.bwrap == "" {
 		// The rlimits step: orch-sandbox-init, or the runner's own
@@ -214,6 +216,9 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		Bwrap: c.bwrap, Init: c.init, Network: c.network, Argv: spec.Argv, Worktree: dir, Home: home,
 		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
 		Limits: c.limits, PATH: envValue(env, "PATH"), Gate: agent.GateFD,
+	}
+	if src != dir {
+		sj.Source, spec.Dir = src, src
 	}
 	releaseEtc := func() {}
 	if c.etc != nil {

@@ -58,8 +58,10 @@ type metrics struct {
 	egressDenied *prometheus.CounterVec
 	sandbox      *prometheus.GaugeVec
 	// ahead counts the sandboxes made ahead of their jobs' admission
-	// (prestart.go), by result: used, or ended unused.
-	ahead *prometheus.CounterVec
+	// (prestart.go), by result: used, or ended unused; spares counts the
+	// spare worktrees made ready for new tasks, by project.
+	ahead  *prometheus.CounterVec
+	spares *prometheus.CounterVec
 	// spend is what the attempts this runner settled cost, by project
 	// (orch_spend_usd_total: summed over runners, the fleet's spend).
 	spend *prometheus.CounterVec
@@ -103,6 +105,7 @@ func newMetrics() *metrics {
 		budget:       f.GaugeVec("orch_budget_usd", "A project's budget per window (day, month), from the registry: the base of orch_budget_remaining_usd.", "project", "window"),
 		sandbox:      f.GaugeVec("orch_runner_sandbox", "1 for how this runner confines its agents: mode bwrap (bubblewrap) or none (unconfined).", "mode"),
 		ahead:        f.CounterVec("orch_runner_sandboxes_ahead_total", "Sandboxes made beside a job's admission, its agent held at the gate, by result: used (the agent started in it), ended (unused: the job did not run, or ran another command or in a worktree made again).", "result"),
+		spares:       f.CounterVec("orch_runner_spare_worktrees_made_total", "Spare worktrees made ready for a project's next new task (at the default branch's head), by project.", "project"),
 	}
 	m.ahead.WithLabelValues("used")
 	m.ahead.WithLabelValues("ended")

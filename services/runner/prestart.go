@@ -3,6 +3,8 @@ package runner
 import (
 	"cmp"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,7 +27,12 @@ import (
 // between a job's delivery and its agent's start (admission's writes,
 // the worktree's checks, the task's state, the task text). None of that
 // work changes what the sandbox is made of when the task's worktree
-// exists already, so the sandbox is made beside it: as soon as the job
+// exists already, nor when a new task will take the project's spare
+// worktree (workspace's spare.go): the spare becomes the task's worktree
+// by a rename, which keeps the directory, its .git file and the record
+// it names what they are, so a sandbox made on the spare, binding it at
+// the worktree's place, is the one the worktree would get. So the
+// sandbox is made beside that work: as soon as the job
 // is delivered, beside the reads of its record and holds, the agent's
 // command is made as run would make it (for the attempt of the delivery,
 // which is the job's unless its record says it was held before),
@@ -41,16 +48,19 @@ import (
 // What the command depends on is read ahead too: what is left of the
 // project's budget (its --max-budget-usd), and the session the task's
 // last job here ended with (sessions), which its next one usually
-// resumes. A new task has no worktree yet: its sandbox is made once the
-// worktree is, as before.
+// resumes. A new task that does not take the spare (it starts at
+// another commit, or another task took the spare first) gets a worktree
+// of its own, which is not what the sandbox bound: that sandbox is ended,
+// and one made for the worktree.
 
 // prestart is a job's sandbox made ahead, once done is closed: none when
 // st is nil.
 type prestart struct {
 	done  chan struct{}
 	count *prometheus.CounterVec
-	// base is the agent's spec before its confinement; bound are
-	// directories and a file the sandbox bound, and ids what they were.
+	// base is the agent's spec before its confinement; bound are the
+	// places of the directories and file the sandbox bound (the spare's
+	// become the worktree's), and ids what they were.
 	base  agent.Spec
 	bound []string
 	ids   []fileID
@@ -65,10 +75,10 @@ type prestart struct {
 }
 
 // prestart makes job's sandbox ahead when job runs confined in its
-// task's worktree, which exists, and no other job delivered here waits
-// for its admission (then this one likely waits or is put back, and a
-// sandbox made for it would be ended unused); nil otherwise. abort must
-// be called.
+// task's worktree, which exists or the project's spare may become, and
+// no other job delivered here waits for its admission (then this one
+// likely waits or is put back, and a sandbox made for it would be ended
+// unused); nil otherwise. abort must be called.
 func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, attempt int) *prestart {
 	if r.conf.bwrap == "" || !job.Kind.RunsAgent() || r.admitting() {
 		return nil
@@ -77,8 +87,20 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	if err != nil {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
-		return nil // a new task's, made under its lock
+	// src is what the sandbox binds as the worktree: the worktree, or,
+	// for a new task, the project's spare, which the task's checkout
+	// renames into the worktree's place when the task starts at its
+	// commit.
+	src := dir
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		spare, ok := r.ws.Spare(job.Project)
+		if !ok {
+			return nil
+		}
+		src = spare
+	}
+	if _, err := os.Stat(filepath.Join(src, ".git")); err != nil {
+		return nil // a worktree half made, or a spare just taken
 	}
 	ps := &prestart{done: make(chan struct{}), count: r.metrics.ahead, cap: -1}
 	go func() {
@@ -88,13 +110,14 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 		budget := r.jobCap(ctx, job, p)
 		base := r.agentSpec(job, p, attempt, dir, workspace.TaskFilePath(dir, job.ID), r.ws.LogPath(job.ID, attempt), s, budget)
 		spec := base
-		stop, err := r.confine(log, job, p, dir, &spec)
+		stop, err := r.confine(log, job, p, dir, src, &spec)
 		if err != nil {
 			log.Debug("making the sandbox ahead", zap.Error(err))
 			return
 		}
-		bound := []string{dir, filepath.Join(dir, ".git"), envValue(spec.Env, "HOME")}
-		ids := identify(bound)
+		home := envValue(spec.Env, "HOME")
+		bound := []string{dir, filepath.Join(dir, ".git"), home}
+		ids := identify([]string{src, filepath.Join(src, ".git"), home})
 		st, err := r.agents.Prestart(spec)
 		if err != nil {
 			stop()

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -43,6 +44,11 @@ type Job struct {
 	Argv []string
 	// Worktree is the task's worktree, the working directory.
 	Worktree string
+	// Source, when set, is the directory bound at Worktree, which does
+	// not exist yet: the project's spare worktree that the task is about
+	// to take, by a rename that keeps what was bound (the runner's
+	// prestart.go). Its .git file names the worktree's record.
+	Source string
 	// Home is the task's private HOME, kept between its jobs.
 	Home string
 	// Origin is the project's clone_url when it is a local path, bound
@@ -97,7 +103,7 @@ func (j Job) Command() ([]string, error) {
 	for _, p := range j.RO {
 		args = append(args, "--ro-bind", p, p)
 	}
-	git, err := gitArgs(j.Worktree)
+	git, err := gitArgs(j.Worktree, cmp.Or(j.Source, j.Worktree))
 	if err != nil {
 		return nil, err
 	}
@@ -205,11 +211,12 @@ func within(path, dir string) bool {
 // packed-refs, the other worktrees' records) read-only or hidden. The
 // worktree's .git file is read-only: rewritten, it could point the
 // runner's own git, which runs outside the sandbox, at a config of the
-// agent's.
-func gitArgs(worktree string) ([]string, error) {
-	args := []string{"--bind", worktree, worktree}
+// agent's. src is the directory bound at worktree (worktree itself, or
+// the spare it is about to become).
+func gitArgs(worktree, src string) ([]string, error) {
+	args := []string{"--bind", src, worktree}
 	dotGit := filepath.Join(worktree, ".git")
-	b, err := os.ReadFile(dotGit)
+	b, err := os.ReadFile(filepath.Join(src, ".git"))
 	if err != nil {
 		return nil, fmt.Errorf("reading the worktree's .git: %w", err)
 	}
@@ -218,7 +225,7 @@ func gitArgs(worktree string) ([]string, error) {
 		return nil, fmt.Errorf("%s is not a worktree's .git file", dotGit)
 	}
 	if !filepath.IsAbs(gitDir) {
-		gitDir = filepath.Join(worktree, gitDir)
+		gitDir = filepath.Join(src, gitDir)
 	}
 	common := gitDir
 	if c, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
@@ -233,7 +240,7 @@ func gitArgs(worktree string) ([]string, error) {
 		return nil, fmt.Errorf("creating the clone's logs: %w", err)
 	}
 	args = append(args,
-		"--ro-bind", dotGit, dotGit,
+		"--ro-bind", filepath.Join(src, ".git"), dotGit,
 		"--ro-bind", common, common,
 		"--tmpfs", filepath.Join(common, "worktrees"),
 		"--bind", gitDir, gitDir,

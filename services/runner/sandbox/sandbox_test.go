@@ -126,33 +126,46 @@ func TestNpmInstalledAgentRuns(t *testing.T) {
 
 // TestGitInTheSandbox: the agent commits on its branch in its worktree,
 // and cannot change the clone's config or hooks, nor its worktree's .git
-// file.
+// file. The same holds in a sandbox made on a worktree for the place it
+// is about to move to (Source: the spare a new task takes), where the
+// agent sees it at that place.
 func TestGitInTheSandbox(t *testing.T) {
 	bwrap := requireBwrap(t)
-	root := t.TempDir()
-	wt := worktree(t, root)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bare := filepath.Join(root, "repos", "p.git")
-	script := `set -u
+	for _, moved := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in place", true: "bound where it moves"}[moved], func(t *testing.T) {
+			root := t.TempDir()
+			wt := worktree(t, root)
+			j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Worktree: wt,
+				Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
+			if moved {
+				j.Source, j.Worktree = wt, filepath.Join(root, "worktrees", "p", "next")
+			}
+			bare := filepath.Join(root, "repos", "p.git")
+			j.Argv = []string{"sh", "-c", `set -u
+[ "$(pwd)" = ` + j.Worktree + ` ] || echo FAIL pwd $(pwd)
 echo x > file.txt && git add file.txt && git -c user.name=a -c user.email=a@a commit -q -m confined || echo FAIL commit
 git config core.hooksPath /tmp 2>/dev/null && echo FAIL config
 (echo evil > ` + bare + `/hooks/post-checkout) 2>/dev/null && echo FAIL hooks
 (echo "gitdir: /tmp/evil" > .git) 2>/dev/null && echo FAIL dotgit
 ls ` + filepath.Join(root, "src") + ` 2>/dev/null && echo FAIL source
 exit 0
-`
-	j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Argv: []string{"sh", "-c", script}, Worktree: wt,
-		Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
-	out, code := runJob(t, j)
-	if code != 0 || strings.Contains(out, "FAIL") {
-		t.Fatalf("git in the sandbox: exit %d\n%s", code, out)
-	}
-	log, err := exec.Command("git", "-C", bare, "log", "-1", "--format=%s", "agent/task").CombinedOutput()
-	if err != nil || strings.TrimSpace(string(log)) != "confined" {
-		t.Errorf("the commit is not on agent/task: %s %v", log, err)
+`}
+			out, code := runJob(t, j)
+			if code != 0 || strings.Contains(out, "FAIL") {
+				t.Fatalf("git in the sandbox: exit %d\n%s", code, out)
+			}
+			log, err := exec.Command("git", "-C", bare, "log", "-1", "--format=%s", "agent/task").CombinedOutput()
+			if err != nil || strings.TrimSpace(string(log)) != "confined" {
+				t.Errorf("the commit is not on agent/task: %s %v", log, err)
+			}
+			if _, err := os.Stat(filepath.Join(wt, "file.txt")); err != nil {
+				t.Errorf("the agent's file is not in the worktree: %v", err)
+			}
+		})
 	}
 }
 

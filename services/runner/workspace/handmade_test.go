@@ -73,7 +73,10 @@ func TestHandMadeWorktreesAreGits(t *testing.T) {
 	// worktree.
 	makeSpare := func() {
 		t.Helper()
-		if _, ran := gitCalls(t, func() (workspace.Checkout, error) { return workspace.Checkout{}, ws.MakeSpare(ctx, repo) }); len(ran) != 1 || ran[0] != "git read-tree --reset -u HEAD" {
+		if _, ran := gitCalls(t, func() (workspace.Checkout, error) {
+			_, err := ws.MakeSpare(ctx, repo)
+			return workspace.Checkout{}, err
+		}); len(ran) != 1 || ran[0] != "git read-tree --reset -u HEAD" {
 			t.Errorf("making the spare ran git %d times, want once (the checkout):\n%s", len(ran), strings.Join(ran, "\n"))
 		}
 	}

@@ -47,59 +47,78 @@ func (w *Workspace) spareDir(project string) (string, error) {
 // head, unless one is there already at that head with the same sparse
 // directories. A project with no clone yet has none; one whose registry
 // entry says spare_worktree: false (repo.NoSpare) has its spare removed.
-func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) error {
+// made reports whether a spare was made (not one there already).
+func (w *Workspace) MakeSpare(ctx context.Context, repo Repo) (made bool, err error) {
 	gitDir, err := w.RepoDir(repo.Project)
 	if err != nil {
-		return err
+		return false, err
 	}
 	dir, err := w.spareDir(repo.Project)
 	if err != nil {
-		return err
+		return false, err
 	}
 	rs := w.repo(repo.Project)
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if rs.url != repo.CloneURL {
-		return nil // no clone this process set up for this URL
+		return false, nil // no clone this process set up for this URL
 	}
 	if repo.NoSpare {
 		rs.spare = nil
-		return removeSpare(ctx, gitDir, dir)
+		return false, removeSpare(ctx, gitDir, dir)
 	}
 	start := "refs/remotes/origin/" + repo.DefaultBranch
 	commit, err := readRef(gitDir, start)
 	if err != nil || !isOID(commit) {
-		return nil // the readers cannot say: no spare, "worktree add" stays
+		return false, nil // the readers cannot say: no spare, "worktree add" stays
 	}
 	if s := rs.spare; s != nil && s.commit == commit && slices.Equal(s.sparse, repo.Sparse) {
-		return nil
+		return false, nil
 	}
 	rs.spare = nil
 	if err := removeSpare(ctx, gitDir, dir); err != nil {
-		return err
+		return false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return fmt.Errorf("creating the spare worktree's parent: %w", err)
+		return false, fmt.Errorf("creating the spare worktree's parent: %w", err)
 	}
 	if len(repo.Sparse) == 0 && addByHand(ctx, gitDir, dir, "", commit, false) {
 		rs.spare = &spare{dir: dir, commit: commit}
-		return nil
+		return true, nil
 	}
 	add := []string{"worktree", "add", "--quiet", "--detach"}
 	if len(repo.Sparse) > 0 {
 		add = append(add, "--no-checkout")
 	}
 	if _, err := git(ctx, gitDir, append(add, dir, commit)...); err != nil {
-		return fmt.Errorf("adding the spare worktree of %s: %w", repo.Project, err)
+		return false, fmt.Errorf("adding the spare worktree of %s: %w", repo.Project, err)
 	}
 	if len(repo.Sparse) > 0 {
 		if err := sparseCheckout(ctx, dir, repo.Sparse); err != nil {
 			_, _ = git(ctx, gitDir, "worktree", "remove", "--force", "--force", dir)
-			return err
+			return false, err
 		}
 	}
 	rs.spare = &spare{dir: dir, commit: commit, sparse: slices.Clone(repo.Sparse)}
-	return nil
+	return true, nil
+}
+
+// Spare is project's spare worktree, if this process has one ready and
+// can say so at once (no other git command of the clone's is running):
+// what a new task's sandbox can be made on before the task takes it (the
+// runner's prestart.go). The spare may be taken by another task or made
+// again before this one's worktree is prepared; what the sandbox bound is
+// checked again then.
+func (w *Workspace) Spare(project string) (dir string, ok bool) {
+	rs := w.repo(project)
+	if !rs.mu.TryLock() {
+		return "", false
+	}
+	defer rs.mu.Unlock()
+	if rs.spare == nil {
+		return "", false
+	}
+	return rs.spare.dir, true
 }
 
 // removeSpare removes the spare worktree at dir, if there is one.

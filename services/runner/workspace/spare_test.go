@@ -23,10 +23,16 @@ func TestSpareBecomesANewTask(t *testing.T) {
 	ws, repo := o.setup()
 	before := time.Now() // the new tasks' events, which the first job's fetch follows
 	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
-	if err := ws.MakeSpare(ctx, repo); err != nil {
-		t.Fatal(err)
-	}
 	spareDir := filepath.Join(ws.Root, "spares", "widgets")
+	for i, want := range []bool{true, false} { // made, then there already
+		made, err := ws.MakeSpare(ctx, repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dir, ok := ws.Spare("widgets"); made != want || !ok || dir != spareDir {
+			t.Fatalf("MakeSpare #%d: made %v (want %v); Spare says %q %v, want %s", i+1, made, want, dir, ok, spareDir)
+		}
+	}
 	main := o.head("main")
 	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {
 		t.Fatalf("spare at %s, want main's head %s", got, main)
@@ -43,6 +49,9 @@ func TestSpareBecomesANewTask(t *testing.T) {
 	}
 	if _, err := os.Stat(spareDir); !os.IsNotExist(err) {
 		t.Errorf("the spare is still there after it was taken: %v", err)
+	}
+	if dir, ok := ws.Spare("widgets"); ok {
+		t.Errorf("Spare says %s after the spare was taken", dir)
 	}
 	clone, _ := ws.RepoDir("widgets")
 	if got := gitOut(t, co.Dir, "symbolic-ref", "HEAD"); got != "refs/heads/agent/wid-2" {
@@ -66,7 +75,7 @@ func TestSpareBecomesANewTask(t *testing.T) {
 
 	// A task whose branch origin has (at main's head) tracks it.
 	gitOut(t, o.author, "push", "-q", "origin", main+":refs/heads/agent/wid-3")
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	co = prepare(t, ws, repo, workspace.Want{Task: "wid-3", HeadBranch: "agent/wid-3", HeadSHA: main, Since: time.Now()})
@@ -79,7 +88,7 @@ func TestSpareBecomesANewTask(t *testing.T) {
 
 	// The remote moves on: the spare made before is not taken, and the
 	// next one is at the new head.
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	gitOut(t, o.author, "checkout", "-q", "main")
@@ -93,7 +102,7 @@ func TestSpareBecomesANewTask(t *testing.T) {
 	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {
 		t.Errorf("the stale spare moved to %s", got)
 	}
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != newMain {
@@ -116,7 +125,7 @@ func TestSpareSparseAndCleaned(t *testing.T) {
 	ws := &workspace.Workspace{Root: t.TempDir()}
 	repo := workspace.Repo{Project: "mono", CloneURL: remote, DefaultBranch: "main", Sparse: []string{"api"}}
 	prepare(t, ws, repo, workspace.Want{Task: "wid-1"})
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	co, ran := gitCalls(t, func() (workspace.Checkout, error) { return ws.Prepare(ctx, repo, workspace.Want{Task: "wid-2"}) })
@@ -132,7 +141,7 @@ func TestSpareSparseAndCleaned(t *testing.T) {
 		t.Errorf("status: %q", st)
 	}
 
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	repo.Sparse = []string{"web"}
@@ -164,7 +173,7 @@ func TestNoSpare(t *testing.T) {
 	o, _ := newOrigin(t)
 	ws, repo := o.setup()
 	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	spareDir := filepath.Join(ws.Root, "spares", "widgets")
@@ -173,7 +182,7 @@ func TestNoSpare(t *testing.T) {
 	}
 
 	repo.NoSpare = true
-	if err := ws.MakeSpare(ctx, repo); err != nil {
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(spareDir); !os.IsNotExist(err) {

@@ -182,10 +182,9 @@ func (c confinement) record(st *proto.Status) {
 // dir: the sandbox's command, an environment without the runner's
 // credentials, the task's home, and the job's egress proxy, which the
 // returned stop closes (after the agent ended). Unconfined, it only puts
-// the limits on the agent. src is the directory bound at dir: dir itself,
-// or the spare worktree the task is about to take (prestart.go), where
-// the agent's supervisor then starts, dir not being there yet.
-func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir, src string, spec *agent.Spec) (stop func(), err error) {
+// the limits on the agent. ow, when set, is the worktree opened, which
+// the sandbox binds by descriptor at dir (prestart.go).
+func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, ow *openedWorktree, spec *agent.Spec) (stop func(), err error) {
 	c := r.conf
 	if c.bwrap == "" {
 		// The rlimits step: orch-sandbox-init, or the runner's own
@@ -217,8 +216,12 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
 		Limits: c.limits, PATH: envValue(env, "PATH"), Gate: agent.GateFD,
 	}
-	if src != dir {
-		sj.Source, spec.Dir = src, src
+	if ow != nil {
+		// Given to bwrap after the gate. The supervisor does not start
+		// in dir, which may not be there yet (a spare about to be the
+		// task's).
+		sj.Opened = &sandbox.Opened{Dir: agent.GateFD + 1, DotGit: agent.GateFD + 2, Text: ow.text}
+		spec.Files, spec.Dir = []*os.File{ow.dir, ow.dotGit}, "/"
 	}
 	releaseEtc := func() {}
 	if c.etc != nil {

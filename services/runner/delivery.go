@@ -291,7 +291,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		spec, stopConfine, ok := pre.take(log, spec)
 		if !ok {
 			var err error
-			if stopConfine, err = r.confine(log, job, p, dir, dir, &spec); err != nil {
+			if stopConfine, err = r.confine(log, job, p, dir, nil, &spec); err != nil {
 				return agent.Result{}, argv, logPath, err
 			}
 		}

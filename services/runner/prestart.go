@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/orch-dev/orch/kit/registry"
 	"github.com/orch-dev/orch/proto"
@@ -87,10 +89,10 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	if err != nil {
 		return nil
 	}
-	// src is what the sandbox binds as the worktree: the worktree, or,
-	// for a new task, the project's spare, which the task's checkout
-	// renames into the worktree's place when the task starts at its
-	// commit.
+	// What the sandbox binds as the worktree, by descriptor: the
+	// worktree, or, for a new task, the project's spare, which the
+	// task's checkout renames into the worktree's place when the task
+	// starts at its commit, maybe before bwrap binds it.
 	src := dir
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		spare, ok := r.ws.Spare(job.Project)
@@ -99,25 +101,27 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 		}
 		src = spare
 	}
-	if _, err := os.Stat(filepath.Join(src, ".git")); err != nil {
+	ow, err := openWorktree(src)
+	if err != nil {
 		return nil // a worktree half made, or a spare just taken
 	}
 	ps := &prestart{done: make(chan struct{}), count: r.metrics.ahead, cap: -1}
 	go func() {
 		defer close(ps.done)
+		defer ow.close() // the supervisor's copies are bwrap's
 		session, _ := r.sessions.Load(lockKey(job))
 		s, _ := session.(string)
 		budget := r.jobCap(ctx, job, p)
 		base := r.agentSpec(job, p, attempt, dir, workspace.TaskFilePath(dir, job.ID), r.ws.LogPath(job.ID, attempt), s, budget)
 		spec := base
-		stop, err := r.confine(log, job, p, dir, src, &spec)
+		stop, err := r.confine(log, job, p, dir, ow, &spec)
 		if err != nil {
 			log.Debug("making the sandbox ahead", zap.Error(err))
 			return
 		}
 		home := envValue(spec.Env, "HOME")
 		bound := []string{dir, filepath.Join(dir, ".git"), home}
-		ids := identify([]string{src, filepath.Join(src, ".git"), home})
+		ids := []fileID{fileIDOf(ow.dir), fileIDOf(ow.dotGit), identify([]string{home})[0]}
 		st, err := r.agents.Prestart(spec)
 		if err != nil {
 			stop()
@@ -186,6 +190,50 @@ func sameCommand(a, b agent.Spec) bool {
 
 // fileID is a file's device and inode.
 type fileID struct{ dev, ino uint64 }
+
+// fileIDOf is what f is; zeros when it cannot be said.
+func fileIDOf(f *os.File) fileID {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return fileID{}
+	}
+	return fileID{uint64(st.Dev), st.Ino}
+}
+
+// openedWorktree is a worktree's directory and its .git file, opened for
+// a sandbox that binds them by descriptor (sandbox.Opened), and the
+// file's text.
+type openedWorktree struct {
+	dir, dotGit *os.File
+	text        string
+}
+
+// openWorktree opens the worktree at dir: its .git file is the one in
+// the directory opened, wherever it has moved meanwhile.
+func openWorktree(dir string) (*openedWorktree, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(int(d.Fd()), ".git", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	g := os.NewFile(uintptr(fd), filepath.Join(dir, ".git"))
+	text, err := io.ReadAll(io.LimitReader(g, 4096))
+	if err != nil {
+		_ = d.Close()
+		_ = g.Close()
+		return nil, err
+	}
+	return &openedWorktree{dir: d, dotGit: g, text: string(text)}, nil
+}
+
+func (ow *openedWorktree) close() {
+	_ = ow.dir.Close()
+	_ = ow.dotGit.Close()
+}
 
 // identify is what each of paths is now; zeros for a missing one.
 func identify(paths []string) []fileID {

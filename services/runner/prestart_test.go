@@ -126,7 +126,9 @@ git add agent.txt && git -c user.name=agent -c user.email=agent@example.com comm
 
 	second := job("spare-2", "task-second", proto.KindImplement)
 	e.enqueue(second)
-	e.waitState(second.ID, proto.StateDone, time.Minute)
+	if st := e.waitState(second.ID, proto.StateDone, time.Minute); st.Attempt != 1 {
+		t.Errorf("the new task's job was done at attempt %d, want its first", st.Attempt)
+	}
 	worktree := filepath.Join(cfg.WorkspaceDir, "worktrees", "widgets", "task-second")
 	branch := git(t, worktree, "rev-parse", "--abbrev-ref", "HEAD")
 	start, _ := os.ReadFile(filepath.Join(e.runs, second.ID+".start"))
@@ -160,7 +162,9 @@ git add agent.txt && git -c user.name=agent -c user.email=agent@example.com comm
 	git(t, e.remote, "commit", "-q", "-m", "main moves on")
 	third := job("spare-3", "task-third", proto.KindImplement)
 	e.enqueue(third)
-	e.waitState(third.ID, proto.StateDone, time.Minute)
+	if st := e.waitState(third.ID, proto.StateDone, time.Minute); st.Attempt != 1 {
+		t.Errorf("the third job was done at attempt %d, want its first", st.Attempt)
+	}
 	worktree = filepath.Join(cfg.WorkspaceDir, "worktrees", "widgets", "task-third")
 	branch = git(t, worktree, "rev-parse", "--abbrev-ref", "HEAD")
 	start, _ = os.ReadFile(filepath.Join(e.runs, third.ID+".start"))

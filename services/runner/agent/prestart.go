@@ -52,11 +52,15 @@ func (p *Pool) Prestart(s Spec) (*Started, error) {
 	if !o.Gated || len(o.Argv) == 0 {
 		return nil, errors.New("only a gated agent command can be started ahead")
 	}
+	if len(s.Files) > maxFiles-4 {
+		return nil, fmt.Errorf("%d files for the agent command, at most %d", len(s.Files), maxFiles-4)
+	}
 	stdin, err := stdinFile("")
 	if err != nil {
 		return nil, err
 	}
-	sup, outR, gate, err := p.launch(o, stdin, nil)
+	o.Files = len(s.Files)
+	sup, outR, gate, err := p.launch(o, stdin, nil, s.Files...)
 	if err != nil {
 		_ = stdin.Close()
 		return nil, err
@@ -128,8 +132,8 @@ func (p *Pool) startNow(s Spec, o order, logf *os.File) (sup *supervisor, outR i
 // launch gives o to a supervisor with the agent's streams: stdin, and the
 // output into logf or, when logf is nil, into a pipe whose read end is
 // outR (else -1). A gated order's gate is made, and its write end
-// returned shut.
-func (p *Pool) launch(o order, stdin, logf *os.File) (sup *supervisor, outR int, gate *os.File, err error) {
+// returned shut; files follow the gate's ends.
+func (p *Pool) launch(o order, stdin, logf *os.File, files ...*os.File) (sup *supervisor, outR int, gate *os.File, err error) {
 	out, outR := logf, -1
 	if logf == nil {
 		r, w, err := outputPipe()
@@ -152,7 +156,7 @@ func (p *Pool) launch(o order, stdin, logf *os.File) (sup *supervisor, outR int,
 			return nil, -1, nil, fmt.Errorf("creating the gate: %w", err)
 		}
 		defer gr.Close() // the supervisor's once sent
-		ends, gate = []*os.File{gr, gw}, gw
+		ends, gate = append([]*os.File{gr, gw}, files...), gw
 	}
 	if sup, err = p.start(o, stdin, out, ends...); err != nil {
 		if outR >= 0 {

@@ -70,13 +70,24 @@ func ran(dir string) bool {
 
 // An agent started up to its gate runs nothing of its own until Run
 // opens the gate; then it runs as any other, with Run's task text on its
-// input and its output in the log.
+// input, the files Prestart was given, and its output in the log.
 func TestPrestartRunsOnceOpened(t *testing.T) {
 	p := agent.NewPool(1, 1, nil)
 	defer p.Close()
 	dir := t.TempDir()
-	s := gated(t, dir, `read line; echo "got $line"`)
+	// A file given with it is the command's next descriptor after the
+	// gate, though the caller closes its own once Prestart returns.
+	s := gated(t, dir, fmt.Sprintf(`read line; echo "got $line"; cat <&%d`, agent.GateFD+1))
+	if err := os.WriteFile(filepath.Join(dir, "given"), []byte("and the file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	given, err := os.Open(filepath.Join(dir, "given"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Files = []*os.File{given}
 	st, err := p.Prestart(s)
+	_ = given.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +103,7 @@ func TestPrestartRunsOnceOpened(t *testing.T) {
 	if !ran(dir) {
 		t.Error("the agent did not run once its gate opened")
 	}
-	if log, _ := os.ReadFile(s.LogPath); string(log) != "got the task\n" {
+	if log, _ := os.ReadFile(s.LogPath); string(log) != "got the task\nand the file\n" {
 		t.Errorf("log %q", log)
 	}
 }

@@ -182,11 +182,18 @@ func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan stru
 	// A gate's read end goes to the command; its write end stays here
 	// until the agent has ended, so that the runner's death cannot open
 	// the gate: only the runner's byte does.
+	// The files after it go to the command too, from GateFD+1 on.
 	var gateR, gateW *os.File
-	if len(files) == 4 {
+	var extra []*os.File
+	if o.Gated && len(files) >= 4 {
 		gateR, gateW = os.NewFile(uintptr(files[2]), "orch-gate"), os.NewFile(uintptr(files[3]), "orch-gate")
 		defer gateW.Close()
 		defer gateR.Close()
+		for _, fd := range files[4:] {
+			f := os.NewFile(uintptr(fd), "orch-file")
+			defer f.Close()
+			extra = append(extra, f)
+		}
 	}
 	if err != nil || len(o.Argv) == 0 {
 		fmt.Fprintf(os.Stderr, "orch: bad supervisor order %+v: %v\n", o, err)
@@ -220,7 +227,7 @@ func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan stru
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if gateR != nil {
-		cmd.ExtraFiles = []*os.File{gateR} // GateFD
+		cmd.ExtraFiles = append([]*os.File{gateR}, extra...) // GateFD, then the files
 	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: starting agent: %v\n", err)
@@ -228,6 +235,9 @@ func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan stru
 	}
 	if gateR != nil {
 		_ = gateR.Close()
+		for _, f := range extra {
+			_ = f.Close()
+		}
 	}
 	pgid := cmd.Process.Pid
 

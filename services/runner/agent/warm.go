@@ -53,7 +53,14 @@ type order struct {
 	// command as GateFD and holds the write end until the agent ends
 	// (prestart.go).
 	Gated bool `json:"gated,omitempty"`
+	// Files is how many descriptors follow the gate's ends: the
+	// command's from GateFD+1 on (Spec.Files).
+	Files int `json:"files,omitempty"`
 }
+
+// maxFiles bounds the descriptors an order comes with: the agent's two
+// streams, the gate's two ends and a gated command's own.
+const maxFiles = 8
 
 // maxOrder bounds an order's size: an argv and environment the kernel
 // would refuse to exec are far smaller.
@@ -145,7 +152,8 @@ var errNotTaken = errors.New("the agent supervisor did not take its order")
 
 // send gives the supervisor its order, with stdin and out (the agent's
 // stdout and stderr) and, for a gated order, the gate's two ends as
-// descriptors, and waits until it answers that it took it. A supervisor
+// descriptors, then a gated order's files, and waits until it answers
+// that it took it. A supervisor
 // killed while it waited can still accept the message: its socket closes
 // only when the last of its threads is gone, after its main thread
 // already shows as a zombie. Such a one never answers (errNotTaken), and
@@ -282,7 +290,7 @@ func ignoringEINTR(f func() error) error {
 func receive(ctl *os.File) (o order, files []int, err error) {
 	fd := int(ctl.Fd())
 	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace(4*maxFiles))
 	var n, oobn int
 	err = ignoringEINTR(func() (err error) {
 		n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -298,7 +306,7 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 	if err == nil && len(msgs) == 1 {
 		files, err = unix.ParseUnixRights(&msgs[0])
 	}
-	if err != nil || len(files) != 2 && len(files) != 4 {
+	if err != nil || len(files) < 2 {
 		return o, files, fmt.Errorf("order without its descriptors (%v)", err)
 	}
 	// The rest of the message, if one read did not bring it all.
@@ -320,8 +328,12 @@ func receive(ctl *os.File) (o order, files []int, err error) {
 	if err := json.Unmarshal(msg[4:4+size], &o); err != nil {
 		return o, files, err
 	}
-	if o.Gated != (len(files) == 4) {
-		return o, files, fmt.Errorf("order with %d descriptors, gated %t", len(files), o.Gated)
+	want := 2
+	if o.Gated {
+		want += 2 + o.Files
+	}
+	if len(files) != want || o.Files < 0 || !o.Gated && o.Files != 0 {
+		return o, files, fmt.Errorf("order with %d descriptors, gated %t with %d files", len(files), o.Gated, o.Files)
 	}
 	return o, files, nil
 }

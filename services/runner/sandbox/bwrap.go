@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -44,11 +43,9 @@ type Job struct {
 	Argv []string
 	// Worktree is the task's worktree, the working directory.
 	Worktree string
-	// Source, when set, is the directory bound at Worktree, which does
-	// not exist yet: the project's spare worktree that the task is about
-	// to take, by a rename that keeps what was bound (the runner's
-	// prestart.go). Its .git file names the worktree's record.
-	Source string
+	// Opened, when set, binds the worktree by descriptor instead of by
+	// its path.
+	Opened *Opened
 	// Home is the task's private HOME, kept between its jobs.
 	Home string
 	// Origin is the project's clone_url when it is a local path, bound
@@ -103,7 +100,7 @@ func (j Job) Command() ([]string, error) {
 	for _, p := range j.RO {
 		args = append(args, "--ro-bind", p, p)
 	}
-	git, err := gitArgs(j.Worktree, cmp.Or(j.Source, j.Worktree))
+	git, err := gitArgs(j.Worktree, j.Opened)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +142,19 @@ func (j Job) Command() ([]string, error) {
 	}
 	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, spec.String())
 	return run(append([]string{InitPath}, j.Argv...)...), nil
+}
+
+// Opened is a worktree bound by descriptor: what the sandbox binds is the
+// directory and file opened, wherever they are when bwrap binds them. A
+// sandbox made ahead on the project's spare worktree, which a new task
+// takes by a rename that may come before bwrap binds it, is bound so
+// (the runner's prestart.go).
+type Opened struct {
+	// Dir and DotGit are descriptors bwrap is started with: the
+	// worktree's directory and its .git file (bwrap's --bind-fd).
+	Dir, DotGit int
+	// Text is the .git file's text, which names the worktree's record.
+	Text string
 }
 
 // systemDirs are the host's system directories, bound read-only (or, where
@@ -211,21 +221,28 @@ func within(path, dir string) bool {
 // packed-refs, the other worktrees' records) read-only or hidden. The
 // worktree's .git file is read-only: rewritten, it could point the
 // runner's own git, which runs outside the sandbox, at a config of the
-// agent's. src is the directory bound at worktree (worktree itself, or
-// the spare it is about to become).
-func gitArgs(worktree, src string) ([]string, error) {
-	args := []string{"--bind", src, worktree}
+// agent's. op, when set, binds the worktree and its .git file by
+// descriptor.
+func gitArgs(worktree string, op *Opened) ([]string, error) {
 	dotGit := filepath.Join(worktree, ".git")
-	b, err := os.ReadFile(filepath.Join(src, ".git"))
-	if err != nil {
-		return nil, fmt.Errorf("reading the worktree's .git: %w", err)
+	args := []string{"--bind", worktree, worktree, "--ro-bind", dotGit, dotGit}
+	var text string
+	if op != nil {
+		args = []string{"--bind-fd", strconv.Itoa(op.Dir), worktree, "--ro-bind-fd", strconv.Itoa(op.DotGit), dotGit}
+		text = op.Text
+	} else {
+		b, err := os.ReadFile(dotGit)
+		if err != nil {
+			return nil, fmt.Errorf("reading the worktree's .git: %w", err)
+		}
+		text = string(b)
 	}
-	gitDir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	gitDir, ok := strings.CutPrefix(strings.TrimSpace(text), "gitdir: ")
 	if !ok {
 		return nil, fmt.Errorf("%s is not a worktree's .git file", dotGit)
 	}
 	if !filepath.IsAbs(gitDir) {
-		gitDir = filepath.Join(src, gitDir)
+		gitDir = filepath.Join(worktree, gitDir)
 	}
 	common := gitDir
 	if c, err := os.ReadFile(filepath.Join(gitDir, "commondir")); err == nil {
@@ -240,7 +257,6 @@ func gitArgs(worktree, src string) ([]string, error) {
 		return nil, fmt.Errorf("creating the clone's logs: %w", err)
 	}
 	args = append(args,
-		"--ro-bind", filepath.Join(src, ".git"), dotGit,
 		"--ro-bind", common, common,
 		"--tmpfs", filepath.Join(common, "worktrees"),
 		"--bind", gitDir, gitDir,

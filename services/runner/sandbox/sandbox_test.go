@@ -37,8 +37,9 @@ func run(t testing.TB, dir string, args ...string) {
 }
 
 // runJob runs j's sandbox with a bare environment, as the supervisor
-// starts it, and returns its output and exit status.
-func runJob(t testing.TB, j Job) (string, int) {
+// starts it, with files from descriptor 3 on, and returns its output and
+// exit status.
+func runJob(t testing.TB, j Job, files ...*os.File) (string, int) {
 	t.Helper()
 	argv, err := j.Command()
 	if err != nil {
@@ -46,6 +47,7 @@ func runJob(t testing.TB, j Job) (string, int) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
+	cmd.ExtraFiles = files
 	out, _ := cmd.CombinedOutput()
 	return string(out), cmd.ProcessState.ExitCode()
 }
@@ -126,23 +128,43 @@ func TestNpmInstalledAgentRuns(t *testing.T) {
 
 // TestGitInTheSandbox: the agent commits on its branch in its worktree,
 // and cannot change the clone's config or hooks, nor its worktree's .git
-// file. The same holds in a sandbox made on a worktree for the place it
-// is about to move to (Source: the spare a new task takes), where the
-// agent sees it at that place.
+// file. The same holds in a worktree bound by descriptor (Opened: the
+// spare a new task takes, bound wherever a rename has moved it), which
+// the agent sees at the worktree's place.
 func TestGitInTheSandbox(t *testing.T) {
 	bwrap := requireBwrap(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, moved := range []bool{false, true} {
-		t.Run(map[bool]string{false: "in place", true: "bound where it moves"}[moved], func(t *testing.T) {
+	for _, opened := range []bool{false, true} {
+		t.Run(map[bool]string{false: "by path", true: "by descriptor"}[opened], func(t *testing.T) {
 			root := t.TempDir()
 			wt := worktree(t, root)
 			j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Worktree: wt,
 				Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
-			if moved {
-				j.Source, j.Worktree = wt, filepath.Join(root, "worktrees", "p", "next")
+			var files []*os.File
+			dir := wt // where the worktree is on the host
+			if opened {
+				// Opened, then moved away: the sandbox binds it at the
+				// worktree's place all the same.
+				text, err := os.ReadFile(filepath.Join(wt, ".git"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{wt, filepath.Join(wt, ".git")} {
+					f, err := os.Open(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					files = append(files, f)
+				}
+				dir = wt + ".moved"
+				if err := os.Rename(wt, dir); err != nil {
+					t.Fatal(err)
+				}
+				j.Opened = &Opened{Dir: 3, DotGit: 4, Text: string(text)}
 			}
 			bare := filepath.Join(root, "repos", "p.git")
 			j.Argv = []string{"sh", "-c", `set -u
@@ -154,7 +176,7 @@ git config core.hooksPath /tmp 2>/dev/null && echo FAIL config
 ls ` + filepath.Join(root, "src") + ` 2>/dev/null && echo FAIL source
 exit 0
 `}
-			out, code := runJob(t, j)
+			out, code := runJob(t, j, files...)
 			if code != 0 || strings.Contains(out, "FAIL") {
 				t.Fatalf("git in the sandbox: exit %d\n%s", code, out)
 			}
@@ -162,7 +184,7 @@ exit 0
 			if err != nil || strings.TrimSpace(string(log)) != "confined" {
 				t.Errorf("the commit is not on agent/task: %s %v", log, err)
 			}
-			if _, err := os.Stat(filepath.Join(wt, "file.txt")); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, "file.txt")); err != nil {
 				t.Errorf("the agent's file is not in the worktree: %v", err)
 			}
 		})

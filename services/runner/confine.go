@@ -182,9 +182,10 @@ func (c confinement) record(st *proto.Status) {
 // dir: the sandbox's command, an environment without the runner's
 // credentials, the task's home, and the job's egress proxy, which the
 // returned stop closes (after the agent ended). Unconfined, it only puts
-// the limits on the agent. ow, when set, is the worktree opened, which
-// the sandbox binds by descriptor at dir (prestart.go).
-func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, ow *openedWorktree, spec *agent.Spec) (stop func(), err error) {
+// the limits on the agent. later, when set, holds back the worktree's
+// binding until the spare the sandbox is made on is the task's
+// (prestart.go).
+func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, later *laterBind, spec *agent.Spec) (stop func(), err error) {
 	c := r.conf
 	if c.bwrap == "" {
 		// The rlimits step: orch-sandbox-init, or the runner's own
@@ -216,12 +217,11 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		Origin: localOrigin(p.CloneURL), RO: r.cfg.AgentSandboxRO, RW: r.cfg.AgentSandboxRW,
 		Limits: c.limits, PATH: envValue(env, "PATH"), Gate: agent.GateFD,
 	}
-	if ow != nil {
+	if later != nil {
 		// Given to bwrap after the gate. The supervisor does not start
-		// in dir, which may not be there yet (a spare about to be the
-		// task's).
-		sj.Opened = &sandbox.Opened{Dir: agent.GateFD + 1, DotGit: agent.GateFD + 2, Text: ow.text}
-		spec.Files, spec.Dir = []*os.File{ow.dir, ow.dotGit}, "/"
+		// in dir, which is not there yet.
+		sj.Later, sj.DotGit = agent.GateFD+1, later.dotGit
+		spec.Files, spec.Dir = []*os.File{later.r}, "/"
 	}
 	releaseEtc := func() {}
 	if c.etc != nil {

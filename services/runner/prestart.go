@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -72,7 +71,10 @@ type prestart struct {
 	stop func()
 	st   *agent.Started
 	// cap is what was left of the budget for the command (jobCap).
-	cap   float64
+	cap float64
+	// later, for a sandbox made on the spare, holds its worktree's
+	// binding until the worktree is the task's.
+	later *laterBind
 	taken bool
 }
 
@@ -89,42 +91,48 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 	if err != nil {
 		return nil
 	}
-	// What the sandbox binds as the worktree, by descriptor: the
-	// worktree, or, for a new task, the project's spare, which the
+	// A new task's sandbox is made on the project's spare, which the
 	// task's checkout renames into the worktree's place when the task
-	// starts at its commit, maybe before bwrap binds it.
-	src := dir
+	// starts at the spare's commit: bwrap binds the worktree once that
+	// is done (laterBind), wherever the spare was when bwrap started.
+	src, spare := dir, false
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		spare, ok := r.ws.Spare(job.Project)
-		if !ok {
+		if src, spare = r.ws.Spare(job.Project); !spare {
 			return nil
 		}
-		src = spare
 	}
-	ow, err := openWorktree(src)
+	seen, err := seeWorktree(src)
 	if err != nil {
 		return nil // a worktree half made, or a spare just taken
 	}
-	ps := &prestart{done: make(chan struct{}), count: r.metrics.ahead, cap: -1}
+	var later *laterBind
+	if spare {
+		if later, err = newLaterBind(seen.text); err != nil {
+			return nil
+		}
+	}
+	ps := &prestart{done: make(chan struct{}), count: r.metrics.ahead, cap: -1, later: later}
 	go func() {
 		defer close(ps.done)
-		defer ow.close() // the supervisor's copies are bwrap's
+		defer later.sent()
 		session, _ := r.sessions.Load(lockKey(job))
 		s, _ := session.(string)
 		budget := r.jobCap(ctx, job, p)
 		base := r.agentSpec(job, p, attempt, dir, workspace.TaskFilePath(dir, job.ID), r.ws.LogPath(job.ID, attempt), s, budget)
 		spec := base
-		stop, err := r.confine(log, job, p, dir, ow, &spec)
+		stop, err := r.confine(log, job, p, dir, later, &spec)
 		if err != nil {
+			later.bind()
 			log.Debug("making the sandbox ahead", zap.Error(err))
 			return
 		}
 		home := envValue(spec.Env, "HOME")
 		bound := []string{dir, filepath.Join(dir, ".git"), home}
-		ids := []fileID{fileIDOf(ow.dir), fileIDOf(ow.dotGit), identify([]string{home})[0]}
+		ids := []fileID{seen.dir, seen.dotGit, identify([]string{home})[0]}
 		st, err := r.agents.Prestart(spec)
 		if err != nil {
 			stop()
+			later.bind()
 			log.Debug("making the sandbox ahead", zap.Error(err))
 			return
 		}
@@ -161,6 +169,7 @@ func (ps *prestart) take(log *zap.Logger, base agent.Spec) (spec agent.Spec, sto
 		return base, nil, false
 	}
 	ps.taken = true
+	ps.later.bind()
 	ps.count.WithLabelValues("used").Inc()
 	spec = ps.spec
 	spec.Started = ps.st
@@ -176,6 +185,7 @@ func (ps *prestart) abort() {
 	if ps.st != nil && !ps.taken {
 		ps.taken = true
 		ps.st.Abort()
+		ps.later.bind()
 		ps.stop()
 		ps.count.WithLabelValues("ended").Inc()
 	}
@@ -191,6 +201,46 @@ func sameCommand(a, b agent.Spec) bool {
 // fileID is a file's device and inode.
 type fileID struct{ dev, ino uint64 }
 
+// identify is what each of paths is now; zeros for a missing one.
+func identify(paths []string) []fileID {
+	ids := make([]fileID, len(paths))
+	for i, p := range paths {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			ids[i] = fileID{uint64(st.Dev), st.Ino}
+		}
+	}
+	return ids
+}
+
+// worktreeSeen is a worktree's directory and .git file, as a sandbox
+// made ahead bound them, and the file's text.
+type worktreeSeen struct {
+	dir, dotGit fileID
+	text        string
+}
+
+// seeWorktree reads the worktree at dir. Its .git file is the one in the
+// directory read, wherever a rename moves that meanwhile.
+func seeWorktree(dir string) (seen worktreeSeen, err error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return seen, err
+	}
+	defer d.Close()
+	fd, err := unix.Openat(int(d.Fd()), ".git", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return seen, err
+	}
+	g := os.NewFile(uintptr(fd), filepath.Join(dir, ".git"))
+	defer g.Close()
+	text, err := io.ReadAll(io.LimitReader(g, 4096))
+	if err != nil {
+		return seen, err
+	}
+	return worktreeSeen{dir: fileIDOf(d), dotGit: fileIDOf(g), text: string(text)}, nil
+}
+
 // fileIDOf is what f is; zeros when it cannot be said.
 func fileIDOf(f *os.File) fileID {
 	var st unix.Stat_t
@@ -200,52 +250,35 @@ func fileIDOf(f *os.File) fileID {
 	return fileID{uint64(st.Dev), st.Ino}
 }
 
-// openedWorktree is a worktree's directory and its .git file, opened for
-// a sandbox that binds them by descriptor (sandbox.Opened), and the
-// file's text.
-type openedWorktree struct {
-	dir, dotGit *os.File
-	text        string
+// laterBind holds back the binding of a sandbox's worktree (the
+// sandbox's Later): bwrap binds it once the pipe's write end w is closed
+// (bind), by then the worktree's, which was the project's spare when
+// bwrap started; r is the read end, given to the sandbox's command.
+type laterBind struct {
+	r, w   *os.File
+	dotGit string
 }
 
-// openWorktree opens the worktree at dir: its .git file is the one in
-// the directory opened, wherever it has moved meanwhile.
-func openWorktree(dir string) (*openedWorktree, error) {
-	d, err := os.Open(dir)
+func newLaterBind(dotGit string) (*laterBind, error) {
+	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	fd, err := unix.Openat(int(d.Fd()), ".git", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		_ = d.Close()
-		return nil, err
-	}
-	g := os.NewFile(uintptr(fd), filepath.Join(dir, ".git"))
-	text, err := io.ReadAll(io.LimitReader(g, 4096))
-	if err != nil {
-		_ = d.Close()
-		_ = g.Close()
-		return nil, err
-	}
-	return &openedWorktree{dir: d, dotGit: g, text: string(text)}, nil
+	return &laterBind{r: r, w: w, dotGit: dotGit}, nil
 }
 
-func (ow *openedWorktree) close() {
-	_ = ow.dir.Close()
-	_ = ow.dotGit.Close()
+// sent closes the runner's read end, once the supervisor has its own.
+func (l *laterBind) sent() {
+	if l != nil {
+		_ = l.r.Close()
+	}
 }
 
-// identify is what each of paths is now; zeros for a missing one.
-func identify(paths []string) []fileID {
-	ids := make([]fileID, len(paths))
-	for i, p := range paths {
-		if fi, err := os.Stat(p); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				ids[i].dev, ids[i].ino = uint64(st.Dev), st.Ino
-			}
-		}
+// bind lets bwrap bind the worktree.
+func (l *laterBind) bind() {
+	if l != nil {
+		_ = l.w.Close()
 	}
-	return ids
 }
 
 // agentSpec is the spec of job's agent as run starts it in dir, unconfined:

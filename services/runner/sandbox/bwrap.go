@@ -43,9 +43,15 @@ type Job struct {
 	Argv []string
 	// Worktree is the task's worktree, the working directory.
 	Worktree string
-	// Opened, when set, binds the worktree by descriptor instead of by
-	// its path.
-	Opened *Opened
+	// Later, when above 0, is a descriptor bwrap is started with: bwrap
+	// binds the worktree only once it has read that pipe to its end, after
+	// every other mount, so Worktree need not be there before; DotGit is
+	// then the text of the .git file it will have. The runner makes a
+	// sandbox ahead so on the project's spare worktree, which a new
+	// task's checkout renames to Worktree after bwrap has started and
+	// resolved every other source (prestart.go).
+	Later  int
+	DotGit string
 	// Home is the task's private HOME, kept between its jobs.
 	Home string
 	// Origin is the project's clone_url when it is a local path, bound
@@ -100,9 +106,18 @@ func (j Job) Command() ([]string, error) {
 	for _, p := range j.RO {
 		args = append(args, "--ro-bind", p, p)
 	}
-	git, err := gitArgs(j.Worktree, j.Opened)
+	dotGit := ""
+	if j.Later > 0 {
+		if dotGit = j.DotGit; dotGit == "" {
+			return nil, errors.New("a worktree bound later needs its .git file's text")
+		}
+	}
+	worktree, git, err := gitArgs(j.Worktree, dotGit)
 	if err != nil {
 		return nil, err
+	}
+	if j.Later == 0 {
+		args = append(args, worktree...)
 	}
 	args = append(args, git...)
 	if j.Origin != "" {
@@ -116,9 +131,15 @@ func (j Job) Command() ([]string, error) {
 		args = append(args, "--bind", p, p)
 	}
 
-	// Last, the working directory, and the sandbox's own root, where
-	// bwrap made the mount points, read-only too.
+	// Last, the worktree when it is bound later (bwrap resolves the
+	// sources it binds when it starts, and a missing one is skipped by
+	// --bind-try then, not at its mount), the working directory, and the
+	// sandbox's own root, where bwrap made the mount points, read-only
+	// too.
 	run := func(argv ...string) []string {
+		if j.Later > 0 {
+			args = append(append(args, "--file", strconv.Itoa(j.Later), "/run/orch/worktree"), worktree...)
+		}
 		args = append(args, "--chdir", j.Worktree, "--remount-ro", "/", "--")
 		return append(args, argv...)
 	}
@@ -142,19 +163,6 @@ func (j Job) Command() ([]string, error) {
 	}
 	args = append(args, "--ro-bind", j.Init, InitPath, "--setenv", initEnv, spec.String())
 	return run(append([]string{InitPath}, j.Argv...)...), nil
-}
-
-// Opened is a worktree bound by descriptor: what the sandbox binds is the
-// directory and file opened, wherever they are when bwrap binds them. A
-// sandbox made ahead on the project's spare worktree, which a new task
-// takes by a rename that may come before bwrap binds it, is bound so
-// (the runner's prestart.go).
-type Opened struct {
-	// Dir and DotGit are descriptors bwrap is started with: the
-	// worktree's directory and its .git file (bwrap's --bind-fd).
-	Dir, DotGit int
-	// Text is the .git file's text, which names the worktree's record.
-	Text string
 }
 
 // systemDirs are the host's system directories, bound read-only (or, where
@@ -221,25 +229,24 @@ func within(path, dir string) bool {
 // packed-refs, the other worktrees' records) read-only or hidden. The
 // worktree's .git file is read-only: rewritten, it could point the
 // runner's own git, which runs outside the sandbox, at a config of the
-// agent's. op, when set, binds the worktree and its .git file by
-// descriptor.
-func gitArgs(worktree string, op *Opened) ([]string, error) {
-	dotGit := filepath.Join(worktree, ".git")
-	args := []string{"--bind", worktree, worktree, "--ro-bind", dotGit, dotGit}
-	var text string
-	if op != nil {
-		args = []string{"--bind-fd", strconv.Itoa(op.Dir), worktree, "--ro-bind-fd", strconv.Itoa(op.DotGit), dotGit}
-		text = op.Text
+// agent's. The worktree's own binds are apart from the clone's (git):
+// when dotGit, the .git file's text, is given, the worktree need not be
+// there yet, and its binds are skipped if it is not there when made.
+func gitArgs(worktree, dotGit string) (own, git []string, err error) {
+	dotGitPath := filepath.Join(worktree, ".git")
+	own = []string{"--bind", worktree, worktree, "--ro-bind", dotGitPath, dotGitPath}
+	if dotGit != "" {
+		own = []string{"--bind-try", worktree, worktree, "--ro-bind-try", dotGitPath, dotGitPath}
 	} else {
-		b, err := os.ReadFile(dotGit)
+		b, err := os.ReadFile(dotGitPath)
 		if err != nil {
-			return nil, fmt.Errorf("reading the worktree's .git: %w", err)
+			return nil, nil, fmt.Errorf("reading the worktree's .git: %w", err)
 		}
-		text = string(b)
+		dotGit = string(b)
 	}
-	gitDir, ok := strings.CutPrefix(strings.TrimSpace(text), "gitdir: ")
+	gitDir, ok := strings.CutPrefix(strings.TrimSpace(dotGit), "gitdir: ")
 	if !ok {
-		return nil, fmt.Errorf("%s is not a worktree's .git file", dotGit)
+		return nil, nil, fmt.Errorf("%s is not a worktree's .git file", dotGitPath)
 	}
 	if !filepath.IsAbs(gitDir) {
 		gitDir = filepath.Join(worktree, gitDir)
@@ -254,14 +261,14 @@ func gitArgs(worktree string, op *Opened) ([]string, error) {
 	common = filepath.Clean(common)
 	// A reflog git cannot create in the read-only clone fails the commit.
 	if err := os.MkdirAll(filepath.Join(common, "logs"), 0o755); err != nil {
-		return nil, fmt.Errorf("creating the clone's logs: %w", err)
+		return nil, nil, fmt.Errorf("creating the clone's logs: %w", err)
 	}
-	args = append(args,
+	git = append(git,
 		"--ro-bind", common, common,
 		"--tmpfs", filepath.Join(common, "worktrees"),
 		"--bind", gitDir, gitDir,
 		"--bind", filepath.Join(common, "objects"), filepath.Join(common, "objects"),
 		"--bind", filepath.Join(common, "refs"), filepath.Join(common, "refs"),
 		"--bind", filepath.Join(common, "logs"), filepath.Join(common, "logs"))
-	return args, nil
+	return own, git, nil
 }

@@ -131,7 +131,7 @@ git -C "$PWD" status --short >/dev/null && echo git-works`}}
 	if n := strings.Count(strings.Join(argv, " "), "-bind-try /etc/"); n != 0 {
 		t.Errorf("the sandbox still binds %d files of the host's /etc: %v", n, argv)
 	}
-	out, code := runJob(t, j)
+	out, code := runJob(t, j, nil)
 	if code != 0 || !strings.Contains(out, marker) || !strings.Contains(out, "git-works") {
 		t.Errorf("exit %d, output %q: want the copy's hosts and git working", code, out)
 	}

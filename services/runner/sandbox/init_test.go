@@ -90,7 +90,7 @@ func TestOwnInitForwardsAndLimits(t *testing.T) {
 		Limits: Limits{MemoryMax: 512 << 20, PidsMax: 1000},
 		Argv: []string{"bash", "-c", `exec 3<>/dev/tcp/127.0.0.1/` + strconv.Itoa(ForwardPort) + ` && echo ping >&3 && cat <&3
 grep -E 'Max (data size|processes)' /proc/self/limits | tr -s ' '; exit 5`}}
-	out, code := runJob(t, j)
+	out, code := runJob(t, j, nil)
 	if code != 5 {
 		t.Errorf("exit %d, want the agent's 5; output:\n%s", code, out)
 	}

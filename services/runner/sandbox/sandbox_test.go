@@ -37,9 +37,10 @@ func run(t testing.TB, dir string, args ...string) {
 }
 
 // runJob runs j's sandbox with a bare environment, as the supervisor
-// starts it, with files from descriptor 3 on, and returns its output and
-// exit status.
-func runJob(t testing.TB, j Job, files ...*os.File) (string, int) {
+// starts it, and returns its output and exit status. started, when not
+// nil, is called once bwrap has started, before its end is awaited; from
+// descriptor 3 on it has files.
+func runJob(t testing.TB, j Job, started func(), files ...*os.File) (string, int) {
 	t.Helper()
 	argv, err := j.Command()
 	if err != nil {
@@ -48,8 +49,16 @@ func runJob(t testing.TB, j Job, files ...*os.File) (string, int) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + j.Home}
 	cmd.ExtraFiles = files
-	out, _ := cmd.CombinedOutput()
-	return string(out), cmd.ProcessState.ExitCode()
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if started != nil {
+		started()
+	}
+	_ = cmd.Wait()
+	return out.String(), cmd.ProcessState.ExitCode()
 }
 
 // worktree makes a bare clone with a worktree, as package workspace lays
@@ -128,43 +137,53 @@ func TestNpmInstalledAgentRuns(t *testing.T) {
 
 // TestGitInTheSandbox: the agent commits on its branch in its worktree,
 // and cannot change the clone's config or hooks, nor its worktree's .git
-// file. The same holds in a worktree bound by descriptor (Opened: the
-// spare a new task takes, bound wherever a rename has moved it), which
-// the agent sees at the worktree's place.
+// file. The same holds in a worktree bound later (Later: the spare a new
+// task takes, renamed to the worktree's place after bwrap has started).
 func TestGitInTheSandbox(t *testing.T) {
 	bwrap := requireBwrap(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, opened := range []bool{false, true} {
-		t.Run(map[bool]string{false: "by path", true: "by descriptor"}[opened], func(t *testing.T) {
+	for _, later := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bound at start", true: "bound later"}[later], func(t *testing.T) {
 			root := t.TempDir()
 			wt := worktree(t, root)
 			j := Job{Bwrap: bwrap, Init: exe, Network: NetNone, Worktree: wt,
 				Home: filepath.Join(root, "homes", "p", "task"), PATH: "/usr/bin:/bin"}
-			var files []*os.File
-			dir := wt // where the worktree is on the host
-			if opened {
-				// Opened, then moved away: the sandbox binds it at the
-				// worktree's place all the same.
+			var (
+				started func()
+				files   []*os.File
+			)
+			if later {
+				// Elsewhere while bwrap starts and makes every other
+				// mount, in place before the pipe ends: bwrap binds it
+				// where it is then. Twice a pipe's capacity written is
+				// read by bwrap before the write returns: bwrap is at
+				// the worktree's turn then.
 				text, err := os.ReadFile(filepath.Join(wt, ".git"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				for _, p := range []string{wt, filepath.Join(wt, ".git")} {
-					f, err := os.Open(p)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer f.Close()
-					files = append(files, f)
-				}
-				dir = wt + ".moved"
-				if err := os.Rename(wt, dir); err != nil {
+				if err := os.Rename(wt, wt+".spare"); err != nil {
 					t.Fatal(err)
 				}
-				j.Opened = &Opened{Dir: 3, DotGit: 4, Text: string(text)}
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				defer w.Close()
+				files, j.Later, j.DotGit = []*os.File{r}, 3, string(text)
+				started = func() {
+					if _, err := w.Write(make([]byte, 128<<10)); err != nil {
+						t.Errorf("bwrap did not read the pipe: %v", err)
+					}
+					if err := os.Rename(wt+".spare", wt); err != nil {
+						t.Error(err)
+					}
+					_ = w.Close()
+				}
 			}
 			bare := filepath.Join(root, "repos", "p.git")
 			j.Argv = []string{"sh", "-c", `set -u
@@ -176,7 +195,7 @@ git config core.hooksPath /tmp 2>/dev/null && echo FAIL config
 ls ` + filepath.Join(root, "src") + ` 2>/dev/null && echo FAIL source
 exit 0
 `}
-			out, code := runJob(t, j, files...)
+			out, code := runJob(t, j, started, files...)
 			if code != 0 || strings.Contains(out, "FAIL") {
 				t.Fatalf("git in the sandbox: exit %d\n%s", code, out)
 			}
@@ -184,7 +203,7 @@ exit 0
 			if err != nil || strings.TrimSpace(string(log)) != "confined" {
 				t.Errorf("the commit is not on agent/task: %s %v", log, err)
 			}
-			if _, err := os.Stat(filepath.Join(dir, "file.txt")); err != nil {
+			if _, err := os.Stat(filepath.Join(wt, "file.txt")); err != nil {
 				t.Errorf("the agent's file is not in the worktree: %v", err)
 			}
 		})
@@ -212,7 +231,7 @@ func TestSandboxInitOnlyWhenNeeded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, code := runJob(t, j)
+		out, code := runJob(t, j, nil)
 		return out, code, argv
 	}
 	out, code, argv := run(Limits{}, "echo pid $$; exit 7")

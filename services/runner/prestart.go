@@ -31,28 +31,32 @@ import (
 // exists already, nor when a new task will take the project's spare
 // worktree (workspace's spare.go): the spare becomes the task's worktree
 // by a rename, which keeps the directory, its .git file and the record
-// it names what they are, so a sandbox made on the spare, binding it at
-// the worktree's place, is the one the worktree would get. So the
-// sandbox is made beside that work: as soon as the job
-// is delivered, beside the reads of its record and holds, the agent's
+// it names what they are. bwrap resolves what it binds when it starts,
+// though, and the rename may come before or after that: a sandbox made
+// on the spare binds everything else at once and the worktree only when
+// the runner says the spare is the task's (laterBind, sandbox.Job.Later),
+// at the worktree's place.
+//
+// So the sandbox is made beside that work: as soon as the job is
+// delivered, beside the reads of its record and holds, the agent's
 // command is made as run would make it (for the attempt of the delivery,
 // which is the job's unless its record says it was held before),
-// confined, and started up to its gate (agent.Prestart). The
-// agent itself starts only when run lets it: after the job's slot and
-// task lock are held and its worktree is ready, and only when the
-// command run makes then is the same, and the worktree, its .git file
-// and the task's home are the directories and file the sandbox bound
-// (not made again meanwhile). Otherwise, and on every way out of a job
-// before run starts its agent (a cancel, a deferral, a lost lock), the
-// sandbox is killed at its gate: nothing of the agent's ran.
+// confined, and started up to its gate (agent.Prestart). The agent
+// itself starts only when run lets it: after the job's slot and task
+// lock are held and its worktree is ready, and only when the command run
+// makes then is the same, and the worktree, its .git file and the task's
+// home are the directories and file the sandbox bound or will bind (not
+// made again meanwhile). Otherwise, and on every way out of a job before
+// run starts its agent (a cancel, a deferral, a lost lock), the sandbox
+// is killed at its gate: nothing of the agent's ran.
 //
 // What the command depends on is read ahead too: what is left of the
 // project's budget (its --max-budget-usd), and the session the task's
 // last job here ended with (sessions), which its next one usually
 // resumes. A new task that does not take the spare (it starts at
 // another commit, or another task took the spare first) gets a worktree
-// of its own, which is not what the sandbox bound: that sandbox is ended,
-// and one made for the worktree.
+// of its own, which is not what the sandbox was made for: that sandbox
+// is ended, and one made for the worktree.
 
 // prestart is a job's sandbox made ahead, once done is closed: none when
 // st is nil.

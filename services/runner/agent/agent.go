@@ -53,8 +53,9 @@ type Spec struct {
 	// the agent's before a byte can be read from descriptor GateFD.
 	Gated bool
 	// Files are given to a Gated command started ahead (Prestart) as
-	// descriptors GateFD+1, GateFD+2, ...: what its sandbox binds by
-	// descriptor. The caller closes its own once Prestart returns.
+	// descriptors GateFD+1, GateFD+2, ...: the runner's pipe that holds
+	// back its sandbox's worktree (sandbox.Job.Later). The caller closes
+	// its own once Prestart returns.
 	Files []*os.File
 	// Started is this spec's agent, started up to its gate by Prestart:
 	// Run opens the gate when its order is the one Run would give, and

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/orch-dev/orch/kit/natstest"
 )
@@ -59,4 +63,49 @@ func holdsWriteEnd(pid int, ino uint64) bool {
 		}
 	}
 	return false
+}
+
+// An order is taken only with the descriptors it says it comes with: the
+// agent's two streams, and for a gated one the gate's two ends and its
+// files. A supervisor told otherwise refuses it rather than hand the
+// command the wrong descriptors.
+func TestReceiveCountsTheDescriptors(t *testing.T) {
+	for _, c := range []struct {
+		o   order
+		fds int
+		ok  bool
+	}{
+		{order{Argv: []string{"a"}}, 2, true},
+		{order{Argv: []string{"a"}, Gated: true}, 4, true},
+		{order{Argv: []string{"a"}, Gated: true, Files: 1}, 5, true},
+		{order{Argv: []string{"a"}, Gated: true, Files: 1}, 4, false},
+		{order{Argv: []string{"a"}, Gated: true}, 5, false},
+		{order{Argv: []string{"a"}, Files: 1}, 3, false},
+		{order{Argv: []string{"a"}, Gated: true, Files: -1}, 3, false},
+		{order{Argv: []string{"a"}}, 1, false},
+	} {
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ours, theirs := os.NewFile(uintptr(pair[0]), "ours"), os.NewFile(uintptr(pair[1]), "theirs")
+		body, _ := json.Marshal(c.o)
+		passed := make([]int, c.fds)
+		for i := range passed {
+			passed[i] = int(ours.Fd()) // any descriptor will do
+		}
+		msg := append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+		if err := unix.Sendmsg(int(ours.Fd()), msg, unix.UnixRights(passed...), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		_, files, err := receive(theirs)
+		for _, fd := range files {
+			_ = unix.Close(fd)
+		}
+		if (err == nil) != c.ok {
+			t.Errorf("order %+v with %d descriptors: err %v, want taken %t", c.o, c.fds, err, c.ok)
+		}
+		_ = ours.Close()
+		_ = theirs.Close()
+	}
 }

@@ -153,11 +153,10 @@ var errNotTaken = errors.New("the agent supervisor did not take its order")
 // send gives the supervisor its order, with stdin and out (the agent's
 // stdout and stderr) and, for a gated order, the gate's two ends as
 // descriptors, then a gated order's files, and waits until it answers
-// that it took it. A supervisor
-// killed while it waited can still accept the message: its socket closes
-// only when the last of its threads is gone, after its main thread
-// already shows as a zombie. Such a one never answers (errNotTaken), and
-// the job is not lost to it.
+// that it took it. A supervisor killed while it waited can still accept
+// the message: its socket closes only when the last of its threads is
+// gone, after its main thread already shows as a zombie. Such a one
+// never answers (errNotTaken), and the job is not lost to it.
 func (s *supervisor) send(o order, stdin, out *os.File, gate ...*os.File) error {
 	body, err := json.Marshal(o)
 	if err != nil {

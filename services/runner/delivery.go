@@ -80,9 +80,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 	)
 	reading.Go(func() { holdReason, holdUntil = r.holdFor(ctx, log, job, p) })
 	st, rev, err := r.status.Get(ctx, job.ID)
+	readAt := time.Now()
 	reading.Wait()
 	if err == nil {
-		rec = record{st, rev}
+		rec = record{st: st, rev: rev}
 		base := st.AttemptBase
 		if st.State == proto.StateHeld {
 			// Published again before the release was recorded.
@@ -174,6 +175,10 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 		}
 	}
 	lock.Store(l)
+	// Another runner can have been given the job and run it meanwhile
+	// only if this one held it for AckWait; before that, a job that
+	// waited for its task's lock waited for another job of the task.
+	rec.stale = !took || time.Since(readAt) > r.cfg.AckWait/2
 	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec, pre)
 	out.began = began
@@ -182,10 +187,14 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 }
 
 // record is a job's status record as read, and its revision; a nil st
-// when it could not be read.
+// when it could not be read. stale says it may say something else by the
+// time the job runs (the job waited for its task's lock, or long enough
+// to have been redelivered to another runner): run then lets the agent
+// start only once the running state is written over it.
 type record struct {
-	st  *proto.Status
-	rev uint64
+	st    *proto.Status
+	rev   uint64
+	stale bool
 }
 
 // run records the job as running, prepares the worktree and runs the
@@ -209,7 +218,8 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	// (cancelled, superseded or done since it was read) stops the agent
 	// at once, as a cancel arriving just after the write would, and the
 	// job ends as the record says (the task lock is held, so no other job
-	// is in the worktree meanwhile).
+	// is in the worktree meanwhile). A stale record (see record) is
+	// written over first.
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	w := r.writeRunning(ctx, log, job, rec, attempt, logField, stop)
@@ -218,10 +228,12 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 			out = o
 		}
 	}()
-	if job.Kind == proto.KindCleanup {
+	if job.Kind == proto.KindCleanup || rec.stale {
 		if _, refused := w.refused(); refused {
 			return outcome{} // the deferred check sets it
 		}
+	}
+	if job.Kind == proto.KindCleanup {
 		log.Info("removing the task's worktree")
 		if err := r.ws.Remove(ctx, job.Project, job.Task.ID, job.Task.PR); err != nil {
 			return outcome{end: ranToEnd, exitCode: -1, err: err}

@@ -275,6 +275,72 @@ func TestRefusedWriteStopsAStartedAgent(t *testing.T) {
 	}
 }
 
+// A job that waited for its task's lock may have been run meanwhile by
+// another runner, which the job's record, read before the wait, does not
+// say: its agent starts only once its running state is written, and
+// here never, the record saying the job is done elsewhere. (A job that
+// did not wait starts its agent beside that write:
+// TestRefusedWriteStopsAStartedAgent.)
+func TestJobDoneWhileItWaitedForItsLock(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := context.Background()
+	first, second := job("lock-first", "task-waited", proto.KindImplement), job("lock-second", "task-waited", proto.KindImplement)
+	hold := filepath.Join(e.runs, "hold")
+	writeFile(t, hold, "")
+	t.Cleanup(runner.SetBeforeRunningWrite(func(jobID string) {
+		if jobID != second.ID {
+			return
+		}
+		// Another runner's record of the job, done, is there when the
+		// job has its lock; the write waits a while for an agent started
+		// beside it, which would show.
+		st, _, err := e.status.Get(ctx, jobID)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		st.State, st.Attempt, st.Runner = proto.StateDone, 1, "elsewhere"
+		data, _ := json.Marshal(st)
+		if _, err := e.kv.Put(ctx, jobID, data); err != nil {
+			t.Error(err)
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) && !exists(filepath.Join(e.runs, "started-"+jobID)) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}))
+	cfg := e.config("r1", e.script(`touch $RUNS/started-$ORCH_JOB_ID
+while [ "$ORCH_JOB_ID" = lock-first ] && [ -e $RUNS/hold ]; do sleep 0.05; done
+`))
+	cfg.MaxConcurrency = 2
+	e.start(cfg)
+	e.enqueue(first)
+	e.waitState(first.ID, proto.StateRunning, time.Minute)
+	e.enqueue(second)
+	natstest.CheckFor(t, time.Minute, 10*time.Millisecond, func() error {
+		// Delivered: the runner has both messages, the second waiting.
+		info, err := e.js.Consumer(ctx, proto.StreamJobs, proto.ConsumerRunner)
+		if err != nil {
+			return err
+		}
+		if ci, err := info.Info(ctx); err != nil || ci.NumAckPending != 2 {
+			return fmt.Errorf("not both delivered yet (%v)", err)
+		}
+		return nil
+	})
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(first.ID, proto.StateDone, time.Minute)
+	e.waitStreamEmpty(time.Minute)
+	if st, _, err := e.status.Get(ctx, second.ID); err != nil || st.State != proto.StateDone || st.Runner != "elsewhere" {
+		t.Errorf("record of the job done elsewhere: %+v %v", st, err)
+	}
+	if exists(filepath.Join(e.runs, "started-"+second.ID)) {
+		t.Error("the agent of the job done elsewhere started")
+	}
+}
+
 // The watchdog kills an agent that hangs and its grandchild, and records
 // the timeout.
 func TestWatchdog(t *testing.T) {
@@ -475,4 +541,10 @@ func TestStaleRunnerCannotOverwrite(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.runs, "ran")); err == nil {
 		t.Error("an agent ran for a done job")
 	}
+}
+
+// exists reports whether there is a file at path.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
+	"github.com/orch-dev/orch/services/runner"
 )
 
 // A confined job in its task's existing worktree has its sandbox made
@@ -31,10 +32,7 @@ cat > $RUNS/$ORCH_JOB_ID.stdin
 while [ -e $RUNS/hold-$ORCH_JOB_ID ]; do sleep 0.05; done
 `))
 	cfg.MaxConcurrency = 2
-	ln := testkit.Listen(t)
-	cfg.Listener = ln
-	e.start(cfg)
-	metrics := "http://" + ln.Addr().String() + "/metrics"
+	metrics := e.startScraped(cfg)
 
 	// The first job makes the task's worktree: nothing is made ahead.
 	first := job("ahead-1", "task-ahead", proto.KindImplement)
@@ -106,10 +104,7 @@ cat > $RUNS/$ORCH_JOB_ID.stdin
 echo "$ORCH_JOB_ID" > agent.txt
 git add agent.txt && git -c user.name=agent -c user.email=agent@example.com commit -qm "by $ORCH_JOB_ID"
 `))
-	ln := testkit.Listen(t)
-	cfg.Listener = ln
-	e.start(cfg)
-	metrics := "http://" + ln.Addr().String() + "/metrics"
+	metrics := e.startScraped(cfg)
 
 	// The first new task finds no spare (nothing made ahead); the spare
 	// is made when it ends.
@@ -186,4 +181,13 @@ git add agent.txt && git -c user.name=agent -c user.email=agent@example.com comm
 // withEnv lists the processes whose environment holds kv.
 func withEnv(kv string) []int {
 	return processes(func(pid int) bool { return strings.Contains("\x00"+environ(pid), "\x00"+kv+"\x00") })
+}
+
+// startScraped starts a runner with cfg, serving its metrics, and returns
+// their address.
+func (e *env) startScraped(cfg runner.Config) (metrics string) {
+	ln := testkit.Listen(e.t)
+	cfg.Listener = ln
+	e.start(cfg)
+	return "http://" + ln.Addr().String() + "/metrics"
 }

@@ -250,16 +250,7 @@ func TestRefusedWriteStopsAStartedAgent(t *testing.T) {
 			return err
 		})
 		// Another runner's record of the job, done, lands first.
-		st, _, err := e.status.Get(ctx, jobID)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		st.State, st.Attempt, st.Runner = proto.StateDone, 1, "elsewhere"
-		data, _ := json.Marshal(st)
-		if _, err := e.kv.Put(ctx, jobID, data); err != nil {
-			t.Error(err)
-		}
+		e.doneElsewhere(jobID)
 	}))
 	e.start(e.config("r1", e.script(`echo not-kept > kept.txt; touch $RUNS/started; sleep 60; touch $RUNS/finished`)))
 	e.enqueue(j)
@@ -294,16 +285,7 @@ func TestJobDoneWhileItWaitedForItsLock(t *testing.T) {
 		// Another runner's record of the job, done, is there when the
 		// job has its lock; the write waits a while for an agent started
 		// beside it, which would show.
-		st, _, err := e.status.Get(ctx, jobID)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		st.State, st.Attempt, st.Runner = proto.StateDone, 1, "elsewhere"
-		data, _ := json.Marshal(st)
-		if _, err := e.kv.Put(ctx, jobID, data); err != nil {
-			t.Error(err)
-		}
+		e.doneElsewhere(jobID)
 		deadline := time.Now().Add(3 * time.Second)
 		for time.Now().Before(deadline) && !exists(filepath.Join(e.runs, "started-"+jobID)) {
 			time.Sleep(10 * time.Millisecond)
@@ -547,4 +529,20 @@ func TestStaleRunnerCannotOverwrite(t *testing.T) {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// doneElsewhere writes job id's record as another runner ("elsewhere")
+// that ran it to done would.
+func (e *env) doneElsewhere(id string) {
+	ctx := context.Background()
+	st, _, err := e.status.Get(ctx, id)
+	if err != nil {
+		e.t.Error(err)
+		return
+	}
+	st.State, st.Attempt, st.Runner = proto.StateDone, 1, "elsewhere"
+	data, _ := json.Marshal(st)
+	if _, err := e.kv.Put(ctx, id, data); err != nil {
+		e.t.Error(err)
+	}
 }

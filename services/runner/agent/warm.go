@@ -151,13 +151,13 @@ const takenTimeout = 10 * time.Second
 var errNotTaken = errors.New("the agent supervisor did not take its order")
 
 // send gives the supervisor its order, with stdin and out (the agent's
-// stdout and stderr) and, for a gated order, the gate's two ends as
-// descriptors, then a gated order's files, and waits until it answers
-// that it took it. A supervisor killed while it waited can still accept
-// the message: its socket closes only when the last of its threads is
-// gone, after its main thread already shows as a zombie. Such a one
-// never answers (errNotTaken), and the job is not lost to it.
-func (s *supervisor) send(o order, stdin, out *os.File, gate ...*os.File) error {
+// stdout and stderr) and more (a gated order's gate ends and files) as
+// descriptors, and waits until it answers that it took it. A supervisor
+// killed while it waited can still accept the message: its socket closes
+// only when the last of its threads is gone, after its main thread
+// already shows as a zombie. Such a one never answers (errNotTaken), and
+// the job is not lost to it.
+func (s *supervisor) send(o order, stdin, out *os.File, more ...*os.File) error {
 	body, err := json.Marshal(o)
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func (s *supervisor) send(o order, stdin, out *os.File, gate ...*os.File) error 
 	msg := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 	msg = append(msg, body...)
 	passed := []int{int(stdin.Fd()), int(out.Fd())}
-	for _, f := range gate {
+	for _, f := range more {
 		passed = append(passed, int(f.Fd()))
 	}
 	rights := unix.UnixRights(passed...)
@@ -174,7 +174,7 @@ func (s *supervisor) send(o order, stdin, out *os.File, gate ...*os.File) error 
 	err = ignoringEINTR(func() error { return unix.Sendmsg(int(s.ctl.Fd()), msg, rights, nil, unix.MSG_NOSIGNAL) })
 	runtime.KeepAlive(stdin)
 	runtime.KeepAlive(out)
-	runtime.KeepAlive(gate)
+	runtime.KeepAlive(more)
 	if err != nil {
 		return err
 	}
@@ -452,14 +452,15 @@ func (p *Pool) Close() {
 
 // start gives o to a waiting supervisor, or to one started for it when
 // none is waiting or the one taken is gone (killed while it waited).
-// finish is to be called with it when the run ends.
-func (p *Pool) start(o order, stdin, out *os.File, gate ...*os.File) (*supervisor, error) {
+// finish is to be called with it when the run ends. more are the order's
+// descriptors after the agent's streams (send).
+func (p *Pool) start(o order, stdin, out *os.File, more ...*os.File) (*supervisor, error) {
 	var fwd *Forwarding
 	if p != nil {
 		fwd = p.fwd
 		select {
 		case s := <-p.ready:
-			if err := s.send(o, stdin, out, gate...); err == nil {
+			if err := s.send(o, stdin, out, more...); err == nil {
 				return s, nil
 			}
 			s.kill()
@@ -473,7 +474,7 @@ func (p *Pool) start(o order, stdin, out *os.File, gate ...*os.File) (*superviso
 	if err != nil {
 		return nil, err
 	}
-	if err = s.send(o, stdin, out, gate...); err != nil {
+	if err = s.send(o, stdin, out, more...); err != nil {
 		s.kill()
 		return nil, fmt.Errorf("telling the agent supervisor what to run: %w", err)
 	}

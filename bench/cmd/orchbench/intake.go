@@ -120,20 +120,50 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follo
 		return nil, 0, err
 	}
 	var (
-		records  jetstream.KeyValue
 		writes   sync.WaitGroup
 		writeErr atomic.Pointer[error]
+		answered func(number int, id string)
 	)
 	if follow {
-		var err error
-		if records, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_RECORDS"}); err != nil {
+		records, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_RECORDS"})
+		if err != nil {
 			return nil, 0, err
 		}
+		record := bytes.Repeat([]byte("x"), 512) // about a status record's size
+		answered = func(number int, id string) {
+			writes.Go(func() {
+				key := strconv.Itoa(number) + "-" + strings.ReplaceAll(id, "-", "")
+				if _, err := records.Create(ctx, key, record); err != nil {
+					writeErr.CompareAndSwap(nil, &err)
+				}
+			})
+		}
 	}
-	record := bytes.Repeat([]byte("x"), 512) // about a status record's size
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stop, err := serveMinimal(js, subject+".widgets.review", answered)
 	if err != nil {
 		return nil, 0, err
+	}
+	defer stop()
+	lat, rate, err := b.timedIntake(func(d gitea.Delivery, n int) error {
+		_, err := b.sendTo(ctx, base, d, n)
+		return err
+	})
+	writes.Wait()
+	if p := writeErr.Load(); p != nil && err == nil {
+		err = fmt.Errorf("the writes that follow the answer: %w", *p)
+	}
+	return lat, rate, err
+}
+
+// serveMinimal serves the least any webhook gateway does, on a port of
+// its own: net/http, the HMAC check, a JSON decode and one synchronous
+// publish of the body to subject with the delivery's id as its dedupe
+// id, answered 202 with that id as the job's. answered, when set, is
+// called after each answer. stop closes the server.
+func serveMinimal(js jetstream.JetStream, subject string, answered func(number int, id string)) (base string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
@@ -162,31 +192,16 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follo
 			return
 		}
 		id := r.Header.Get("X-Gitea-Delivery")
-		if _, err := js.Publish(r.Context(), subject+".widgets.review", body, jetstream.WithMsgID(id)); err != nil {
+		if _, err := js.Publish(r.Context(), subject, body, jetstream.WithMsgID(id)); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)
 		fmt.Fprintf(w, `{"jobs":[{"id":%q,"task":"pr-%d"}]}`, id, ev.PullRequest.Number)
-		if follow {
-			writes.Go(func() {
-				key := strconv.Itoa(ev.PullRequest.Number) + "-" + strings.ReplaceAll(id, "-", "")
-				if _, err := records.Create(ctx, key, record); err != nil {
-					writeErr.CompareAndSwap(nil, &err)
-				}
-			})
+		if answered != nil {
+			answered(ev.PullRequest.Number, id)
 		}
 	})}
-	go func() { _ = srv.Serve(ln) }() // ends with the Close below
-	defer srv.Close()
-	base := "http://" + ln.Addr().String()
-	lat, rate, err := b.timedIntake(func(d gitea.Delivery, n int) error {
-		_, err := b.sendTo(ctx, base, d, n)
-		return err
-	})
-	writes.Wait()
-	if p := writeErr.Load(); p != nil && err == nil {
-		err = fmt.Errorf("the writes that follow the answer: %w", *p)
-	}
-	return lat, rate, err
+	go func() { _ = srv.Serve(ln) }() // ends with stop
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }

@@ -353,6 +353,9 @@ func (b *bench) dispatchRows(ctx context.Context, t *table) error {
 			base:  "floor spawn " + stats.Ms(rawConfined.P50()) + " + writes " + stats.Ms(floor.P50()),
 			ratio: fmt.Sprintf("%+.2f ms", float64(orchOld.P50()-base)/float64(time.Millisecond)), target: "-", verdict: "-"})
 	}
+	if err := b.leastRows(ctx, t, head, orchOld, rawOld); err != nil {
+		return err
+	}
 	return b.sandboxRows(ctx, t, head)
 }
 

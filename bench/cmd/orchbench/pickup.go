@@ -92,9 +92,10 @@ type sent struct {
 	accepted time.Time // when the 202 was read
 }
 
-// sendPaced sends ds at rate per second and returns what it sent, in
-// order. before, when set, runs just before each send, outside its time.
-func (b *bench) sendPaced(ctx context.Context, ds []gitea.Delivery, ns []int, rate int, before func(i int) error) ([]sent, error) {
+// sendPaced sends ds to the gateway at base at rate per second and
+// returns what it sent, in order. before, when set, runs just before each
+// send, outside its time.
+func (b *bench) sendPaced(ctx context.Context, base string, ds []gitea.Delivery, ns []int, rate int, before func(i int) error) ([]sent, error) {
 	out := make([]sent, len(ds))
 	var serr atomic.Pointer[error]
 	paced(len(ds), rate, func(i int) {
@@ -105,7 +106,7 @@ func (b *bench) sendPaced(ctx context.Context, ds []gitea.Delivery, ns []int, ra
 			}
 		}
 		t0 := time.Now()
-		id, err := b.send(ctx, ds[i], ns[i])
+		id, err := b.sendTo(ctx, base, ds[i], ns[i])
 		out[i] = sent{id: id, sent: t0, accepted: time.Now()}
 		if err != nil {
 			serr.Store(&err)
@@ -156,7 +157,7 @@ func (b *bench) pickup(ctx context.Context) (pickup, dispatch stats.Sample, behi
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	ss, err := b.sendPaced(ctx, ds, ns, b.o.rate, func(i int) error { return b.pushBranch("burst", i, head) })
+	ss, err := b.sendPaced(ctx, b.gateway, ds, ns, b.o.rate, func(i int) error { return b.pushBranch("burst", i, head) })
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -195,7 +196,7 @@ func (b *bench) pickup(ctx context.Context) (pickup, dispatch stats.Sample, behi
 // dispatch sends ds one at a time at b.o.dispatchRate and returns, per
 // job, webhook sent -> agent started.
 func (b *bench) dispatch(ctx context.Context, ds []gitea.Delivery, ns []int) (stats.Sample, error) {
-	ss, err := b.sendPaced(ctx, ds, ns, b.o.dispatchRate, nil)
+	ss, err := b.sendPaced(ctx, b.gateway, ds, ns, b.o.dispatchRate, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -180,6 +180,47 @@ func TestCancelQueued(t *testing.T) {
 	e.waitState(j.ID, proto.StateCancelled, time.Second)
 }
 
+// A job cancelled while it waits for its project's slot ends cancelled
+// then, not once the slot is free: its wait is watched for a cancel as
+// a running job is. No agent of it runs.
+func TestCancelWhileWaitingForASlot(t *testing.T) {
+	e := newEnv(t, "    max_concurrency: 1\n")
+	core, logs := observer.New(zap.InfoLevel)
+	cfg := e.config("r1", e.script(`touch $RUNS/$ORCH_JOB_ID
+while [ ! -e $RUNS/release ]; do sleep 0.05; done
+`))
+	cfg.MaxConcurrency = 2
+	e.startLogged(cfg, core)
+	first, second := job("slot-first", "first", proto.KindImplement), job("slot-second", "second", proto.KindImplement)
+	e.enqueue(first)
+	e.waitState(first.ID, proto.StateRunning, 10*time.Second)
+	e.enqueue(second)
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for _, l := range logs.FilterMessageSnippet("waiting for a slot").All() {
+			if l.ContextMap()["job"] == second.ID {
+				return nil
+			}
+		}
+		return fmt.Errorf("job %s is not waiting for its slot", second.ID)
+	})
+	if _, err := e.status.Cancel(context.Background(), second.ID); err != nil {
+		t.Fatal(err)
+	}
+	if reason := termReasons(t, e, 1)[0]; reason != proto.ReasonCancelled {
+		t.Errorf("term reason %q, want %q", reason, proto.ReasonCancelled)
+	}
+	if st := e.waitState(first.ID, proto.StateRunning, time.Second); st.State != proto.StateRunning {
+		t.Errorf("the first job is %s, want it still running", st.State)
+	}
+	writeFile(t, filepath.Join(e.runs, "release"), "")
+	e.waitState(first.ID, proto.StateDone, 10*time.Second)
+	e.waitStreamEmpty(10 * time.Second)
+	if _, err := os.Stat(filepath.Join(e.runs, second.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the agent ran for a job cancelled while it waited (%v)", err)
+	}
+	e.waitState(second.ID, proto.StateCancelled, time.Second)
+}
+
 // The running state is written while the agent starts: a job whose
 // record another runner finished after this one read it (here, while
 // it waited for its project's one slot) ends already done. Its record

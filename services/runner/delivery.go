@@ -135,13 +135,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 		slot, lock atomic.Pointer[taskLock]
 	)
 	bg.Go(func() { r.heartbeat(bgCtx, log, msg, []*atomic.Pointer[taskLock]{&slot, &lock}, stopJob) })
-	// The cancel watch (a consumer the server makes for it) starts once
-	// the job waits for its slot or lock, or once its running state is
-	// written: made beside the admission of a job that need not wait, it
-	// held up admission's writes by a millisecond. Until then, a cancel
-	// is what the running state's write finds (writeRunning); after
-	// that, the watch's first value.
-	watchCancel := sync.OnceFunc(func() { bg.Go(func() { r.watchCancel(bgCtx, log, job.ID, stopJob) }) })
+	bg.Go(func() { r.watchCancel(bgCtx, log, job.ID, stopJob) })
 	defer func() {
 		stopBG()
 		bg.Wait()
@@ -165,7 +159,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 		settleAs(unprepared(err))
 		return
 	}
-	s, took, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt, l, ahead, watchCancel)
+	s, took, err := r.admit(jobCtx, log, msg, meta, job, p, projs, attempt, l, ahead)
 	if errors.Is(err, errDeferred) {
 		return
 	}
@@ -175,7 +169,6 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 	}
 	slot.Store(s)
 	if !took {
-		watchCancel()
 		if err := r.acquireLock(jobCtx, log, l); err != nil {
 			settleAs(unprepared(err))
 			return
@@ -187,7 +180,7 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 	// waited for its task's lock waited for another job of the task.
 	rec.stale = !took || time.Since(readAt) > r.cfg.AckWait/2
 	began := time.Now()
-	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec, pre, watchCancel)
+	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec, pre)
 	out.began = began
 	settleAs(out)
 	return p
@@ -209,7 +202,7 @@ type record struct {
 // registry version the job started with; rec is the job's record as read
 // when the job began, which the running state is written over unless it
 // changed since. pre is the agent's sandbox made ahead, if any.
-func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record, pre *prestart, written func()) (out outcome) {
+func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *registry.Project, tmpls *prompt.Templates, attempt int, rec record, pre *prestart) (out outcome) {
 	logPath := r.ws.LogPath(job.ID, attempt)
 	if job.Kind == proto.KindCleanup {
 		logPath = ""
@@ -229,7 +222,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 	// written over first.
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	w := r.writeRunning(ctx, log, job, rec, attempt, logField, stop, written)
+	w := r.writeRunning(ctx, log, job, rec, attempt, logField, stop)
 	defer func() {
 		if o, refused := w.refused(); refused {
 			out = o

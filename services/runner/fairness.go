@@ -301,9 +301,8 @@ func behind(other, running int, itsTurn bool) bool {
 // admit waits until job may run and returns its project slot, or puts it
 // back at the end of JOBS and returns errDeferred, or returns ctx's cause.
 // The task's lock is taken beside the slot, when the slot is free; took
-// says whether it was (acquireLock waits for it otherwise). waiting is
-// called when admit is to wait.
-func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int, lock *taskLock, ahead *queueAhead, waiting func()) (slot *taskLock, took bool, err error) {
+// says whether it was (acquireLock waits for it otherwise).
+func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, meta *jetstream.MsgMetadata, job *proto.Job, p *registry.Project, projs *projects, attempt int, lock *taskLock, ahead *queueAhead) (slot *taskLock, took bool, err error) {
 	deferred, _ := strconv.Atoi(msg.Headers().Get(proto.HeaderDeferred))
 	mayDefer := meta.NumDelivered == 1 && deferred < deferralsMax
 	value, err := json.Marshal(slotValue{Job: job.ID, Kind: string(job.Kind), Attempt: attempt, Runner: r.cfg.Name, Since: time.Now().UTC()})
@@ -327,7 +326,6 @@ func (r *Runner) admit(ctx context.Context, log *zap.Logger, msg jetstream.Msg, 
 		if slot != nil || err != nil {
 			return slot, took, err
 		}
-		waiting()
 		if !backoff.Sleep(ctx, poll) {
 			return nil, false, context.Cause(ctx)
 		}

@@ -24,8 +24,8 @@ type runningWrite struct {
 // writeRunning writes the running state of attempt over rec, the record
 // as read when the job began. When the record has changed since to say
 // the job is not to run, it calls stop, which ends the job's preparation
-// or agent; otherwise written.
-func (r *Runner) writeRunning(ctx context.Context, log *zap.Logger, job *proto.Job, rec record, attempt int, logField string, stop context.CancelCauseFunc, written func()) *runningWrite {
+// or agent.
+func (r *Runner) writeRunning(ctx context.Context, log *zap.Logger, job *proto.Job, rec record, attempt int, logField string, stop context.CancelCauseFunc) *runningWrite {
 	w := &runningWrite{done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -49,7 +49,6 @@ func (r *Runner) writeRunning(ctx context.Context, log *zap.Logger, job *proto.J
 			stop(errNotToRun)
 			return
 		}
-		written()
 		r.metrics.started(job, attempt)
 	}()
 	return w

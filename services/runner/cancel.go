@@ -11,22 +11,10 @@ import (
 	"github.com/orch-dev/orch/proto"
 )
 
-// cancelWatchAfter is how long a job's cancel watch waits, from the
-// job's reads, before it starts. The watch is a consumer the server
-// makes, about a millisecond of CPU on the server and the runner: begun
-// at once, it shared two cores with the job's admission and its agent's
-// start, which a job admitted at once has done within a few
-// milliseconds. A cancel meanwhile loses nothing: the running state's
-// write refuses a cancelled record (writeRunning), and the watch starts
-// with the record's current value.
-const cancelWatchAfter = 50 * time.Millisecond
-
-// watchCancel watches the job's record from cancelWatchAfter on and
-// stops the job with errCancelled when it turns cancelled. The watch
-// starts with the current value, so a cancel that came before is seen
-// too.
+// watchCancel watches the job's record and stops the job with
+// errCancelled when it turns cancelled. The watch starts with the current
+// value, so a cancel that came just before is seen too.
 func (r *Runner) watchCancel(ctx context.Context, log *zap.Logger, jobID string, stop context.CancelCauseFunc) {
-	backoff.Sleep(ctx, cancelWatchAfter)
 	for ctx.Err() == nil {
 		w, err := r.jobsKV.Watch(ctx, jobID)
 		if err != nil {

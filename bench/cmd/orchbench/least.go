@@ -90,19 +90,9 @@ func (b *bench) leastDispatch(ctx context.Context, head, bwrap string) (stats.Sa
 	if err != nil {
 		return nil, err
 	}
-	var starts map[string]time.Time
-	err = waitFor(ctx, nil, time.Minute, func() error {
+	starts, err := waitStartsIn(ctx, nil, b.raw.records, ss, func() error {
 		if p := jobsErr.Load(); p != nil {
-			return fatal{*p}
-		}
-		var err error
-		if starts, err = readStarts(b.raw.records); err != nil {
-			return err
-		}
-		for _, s := range ss {
-			if _, ok := starts[s.id]; !ok {
-				return fmt.Errorf("the least dispatcher's agent of %s not started", s.id)
-			}
+			return *p
 		}
 		return nil
 	})

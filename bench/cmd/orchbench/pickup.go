@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orch-dev/orch/bench/internal/gitea"
+	"github.com/orch-dev/orch/bench/internal/proc"
 	"github.com/orch-dev/orch/bench/internal/stats"
 	"github.com/orch-dev/orch/proto"
 )
@@ -121,10 +122,22 @@ func (b *bench) sendPaced(ctx context.Context, base string, ds []gitea.Delivery,
 // waitStarts waits until the agent of every job in ss has started and
 // returns the agents' start stamps.
 func (b *bench) waitStarts(ctx context.Context, ss []sent) (map[string]time.Time, error) {
+	return waitStartsIn(ctx, b.procs["runner"], b.records, ss, nil)
+}
+
+// waitStartsIn waits until the agent of every job in ss has left its
+// start line in records, and returns the start stamps there; it gives up
+// when p exits (nil: none) or failed (when set) returns an error.
+func waitStartsIn(ctx context.Context, p *proc.Proc, records string, ss []sent, failed func() error) (map[string]time.Time, error) {
 	var starts map[string]time.Time
-	err := waitFor(ctx, b.procs["runner"], 5*time.Minute, func() error {
+	err := waitFor(ctx, p, 5*time.Minute, func() error {
+		if failed != nil {
+			if err := failed(); err != nil {
+				return fatal{err}
+			}
+		}
 		var err error
-		if starts, err = readStarts(b.records); err != nil {
+		if starts, err = readStarts(records); err != nil {
 			return err
 		}
 		left := 0

@@ -184,25 +184,9 @@ func TestCancelQueued(t *testing.T) {
 // then, not once the slot is free: its wait is watched for a cancel as
 // a running job is. No agent of it runs.
 func TestCancelWhileWaitingForASlot(t *testing.T) {
-	e := newEnv(t, "    max_concurrency: 1\n")
-	core, logs := observer.New(zap.InfoLevel)
-	cfg := e.config("r1", e.script(`touch $RUNS/$ORCH_JOB_ID
+	e, first, second := waitingForASlot(t, "slot", `touch $RUNS/$ORCH_JOB_ID
 while [ ! -e $RUNS/release ]; do sleep 0.05; done
-`))
-	cfg.MaxConcurrency = 2
-	e.startLogged(cfg, core)
-	first, second := job("slot-first", "first", proto.KindImplement), job("slot-second", "second", proto.KindImplement)
-	e.enqueue(first)
-	e.waitState(first.ID, proto.StateRunning, 10*time.Second)
-	e.enqueue(second)
-	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		for _, l := range logs.FilterMessageSnippet("waiting for a slot").All() {
-			if l.ContextMap()["job"] == second.ID {
-				return nil
-			}
-		}
-		return fmt.Errorf("job %s is not waiting for its slot", second.ID)
-	})
+`)
 	if _, err := e.status.Cancel(context.Background(), second.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -221,22 +205,18 @@ while [ ! -e $RUNS/release ]; do sleep 0.05; done
 	e.waitState(second.ID, proto.StateCancelled, time.Second)
 }
 
-// The running state is written while the agent starts: a job whose
-// record another runner finished after this one read it (here, while
-// it waited for its project's one slot) ends already done. Its record
-// stays done, and its agent, started or not, does not run on: the
-// message is settled while the agent would still be sleeping.
-func TestRecordDoneMeanwhileStopsTheJob(t *testing.T) {
-	e := newEnv(t, "    max_concurrency: 1\n")
+// waitingForASlot starts a runner whose agent is script on a project of
+// max_concurrency 1, runs a first job (task "first") and returns once a
+// second (task "second") waits for the project's slot. The jobs' ids
+// begin with prefix.
+func waitingForASlot(t *testing.T, prefix, script string) (e *env, first, second *proto.Job) {
+	t.Helper()
+	e = newEnv(t, "    max_concurrency: 1\n")
 	core, logs := observer.New(zap.InfoLevel)
-	cfg := e.config("r1", e.script(`case $ORCH_TASK in
-first) while [ ! -e $RUNS/release ]; do sleep 0.05; done ;;
-*) touch $RUNS/started; sleep 60; touch $RUNS/finished ;;
-esac
-`))
+	cfg := e.config("r1", e.script(script))
 	cfg.MaxConcurrency = 2
 	e.startLogged(cfg, core)
-	first, second := job("done-first", "first", proto.KindImplement), job("done-second", "second", proto.KindImplement)
+	first, second = job(prefix+"-first", "first", proto.KindImplement), job(prefix+"-second", "second", proto.KindImplement)
 	e.enqueue(first)
 	e.waitState(first.ID, proto.StateRunning, 10*time.Second)
 	e.enqueue(second)
@@ -248,6 +228,20 @@ esac
 		}
 		return fmt.Errorf("job %s is not waiting for its slot", second.ID)
 	})
+	return e, first, second
+}
+
+// The running state is written while the agent starts: a job whose
+// record another runner finished after this one read it (here, while
+// it waited for its project's one slot) ends already done. Its record
+// stays done, and its agent, started or not, does not run on: the
+// message is settled while the agent would still be sleeping.
+func TestRecordDoneMeanwhileStopsTheJob(t *testing.T) {
+	e, first, second := waitingForASlot(t, "done", `case $ORCH_TASK in
+first) while [ ! -e $RUNS/release ]; do sleep 0.05; done ;;
+*) touch $RUNS/started; sleep 60; touch $RUNS/finished ;;
+esac
+`)
 	// Another runner's record of the job, done.
 	ctx := context.Background()
 	st, _, err := e.status.Get(ctx, second.ID)

@@ -67,14 +67,13 @@ func (b *bench) leastDispatch(ctx context.Context, head, bwrap string) (stats.Sa
 	if err != nil {
 		return nil, err
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			cc.Stop()
-			jobs.Wait()
-			stopped = true
-		}
-	}
+	// Stopped, no callback runs any more (Closed), and then every job
+	// it began has ended.
+	stop := sync.OnceFunc(func() {
+		cc.Stop()
+		<-cc.Closed()
+		jobs.Wait()
+	})
 	defer stop()
 	base, stopServer, err := serveMinimal(b.js, "bench.least.widgets.pull_request", nil)
 	if err != nil {

@@ -353,14 +353,21 @@ func (r *Runner) refreshEtc(ctx context.Context) {
 	}
 }
 
-// homeDir is the private HOME of job's task, kept in the workspace
-// between the task's jobs (an agent's own state, such as ~/.claude).
+// homeDir is the private HOME of job's task, made when missing. It is
+// kept in the workspace between the task's jobs (an agent's own state,
+// such as ~/.claude), and removed with the task's worktree by its
+// cleanup job.
 func (r *Runner) homeDir(job *proto.Job) (string, error) {
-	home := filepath.Join(r.ws.Root, "homes", proto.Token(job.Project), proto.Token(job.Task.ID))
+	home := r.homePath(job)
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		return "", fmt.Errorf("creating the task's home: %w", err)
 	}
 	return home, nil
+}
+
+// homePath is where job's task has its private HOME (homeDir).
+func (r *Runner) homePath(job *proto.Job) string {
+	return filepath.Join(r.ws.Root, "homes", proto.Token(job.Project), proto.Token(job.Task.ID))
 }
 
 // scpLike is git's user@host:path form of a remote.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,11 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		log.Info("removing the task's worktree")
 		if err := r.ws.Remove(ctx, job.Project, job.Task.ID, job.Task.PR); err != nil {
 			return outcome{end: ranToEnd, exitCode: -1, err: err}
+		}
+		// What an agent left in the task's home may resist removal (a
+		// directory it made unwritable): the task is over either way.
+		if err := os.RemoveAll(r.homePath(job)); err != nil {
+			log.Warn("removing the task's home", zap.Error(err))
 		}
 		r.dropState(ctx, log, job)
 		r.sessions.Delete(lockKey(job))

@@ -471,7 +471,8 @@ func TestClaudeResultRecorded(t *testing.T) {
 	}
 }
 
-// A cleanup job runs no agent and removes the task's worktree.
+// A cleanup job runs no agent and removes the task's worktree and its
+// home, with what a confined agent kept there.
 func TestCleanup(t *testing.T) {
 	e := newEnv(t, "")
 	cfg := e.config("r1", e.script(`echo "$ORCH_KIND" >> $RUNS/kinds`))
@@ -483,11 +484,16 @@ func TestCleanup(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
 	}
+	home := filepath.Join(cfg.WorkspaceDir, "homes", "widgets", "task-x")
+	writeFile(t, filepath.Join(home, ".claude", "projects", "session.jsonl"), "{}\n")
 	clean := job("clean", "task-x", proto.KindCleanup)
 	e.enqueue(clean)
 	e.waitState(clean.ID, proto.StateDone, 30*time.Second)
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("worktree still there: %v", err)
+	}
+	if _, err := os.Stat(home); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the task's home still there: %v", err)
 	}
 	if got := e.lines("kinds"); len(got) != 1 {
 		t.Errorf("agent ran for %v, want only the implement job", got)

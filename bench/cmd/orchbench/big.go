@@ -103,7 +103,7 @@ func (b *bench) bigRows(ctx context.Context, t *table) error {
 		"worktree add+spawn "+stats.Ms(stats.Sample(rawWarm).P50()), ratio(orchWarm.P50(), stats.Sample(rawWarm).P50()), false, 1.5)
 	extra := orchOld.P50() - stats.Sample(rawOld).P50()
 	t.add(row{what: fmt.Sprintf("big: job in an existing worktree p50 (%d)", n), orch: stats.Ms(orchOld.P50()),
-		base: "spawn " + stats.Ms(stats.Sample(rawOld).P50()), ratio: fmt.Sprintf("%+.2f ms", float64(extra)/float64(time.Millisecond)),
+		base: "spawn " + stats.Ms(stats.Sample(rawOld).P50()), ratio: deltaMs(extra),
 		target: "<= +5 ms", verdict: verdict(extra <= 5*time.Millisecond)})
 	t.ratio("big: disk per extra worktree", mib(orchWt), "git worktree add "+mib(wtSize), float64(orchWt)/float64(wtSize), false, 0)
 	return nil

@@ -94,10 +94,6 @@ func (b *bench) egressRows(ctx context.Context, t *table) error {
 	return nil
 }
 
-func deltaMs(d time.Duration) string {
-	return fmt.Sprintf("%+.2f ms", float64(d)/float64(time.Millisecond))
-}
-
 // modelRequest sends one Messages API request as Claude Code does and
 // reads the answer: for a whole answer it returns the round trip, for a
 // stream the delay from the API writing its first event to the client

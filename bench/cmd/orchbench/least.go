@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -186,7 +185,6 @@ func (b *bench) leastRows(ctx context.Context, t *table, head string, orch, spaw
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		modes = append(modes, bwrap)
 	}
-	ms := func(d time.Duration) string { return fmt.Sprintf("%+.2f ms", float64(d)/float64(time.Millisecond)) }
 	for _, bwrap := range modes {
 		least, err := b.leastDispatch(ctx, head, bwrap)
 		if err != nil {
@@ -197,10 +195,10 @@ func (b *bench) leastRows(ctx context.Context, t *table, head string, orch, spaw
 			how = "bwrap's floor made ahead"
 		}
 		t.add(row{what: "worktree exists, least dispatcher (" + how + "): sent -> agent", orch: stats.Ms(least.P50()),
-			base: "spawn " + stats.Ms(spawn.P50()), ratio: ms(least.P50() - spawn.P50()), target: "-", verdict: "-"})
+			base: "spawn " + stats.Ms(spawn.P50()), ratio: deltaMs(least.P50() - spawn.P50()), target: "-", verdict: "-"})
 		if bwrap != "" {
 			t.add(row{what: "worktree exists, orch over the least dispatcher (confined)", orch: stats.Ms(orch.P50()),
-				base: "least " + stats.Ms(least.P50()), ratio: ms(orch.P50() - least.P50()), target: "-", verdict: "-"})
+				base: "least " + stats.Ms(least.P50()), ratio: deltaMs(orch.P50() - least.P50()), target: "-", verdict: "-"})
 		}
 	}
 	return nil

@@ -339,19 +339,19 @@ func (b *bench) dispatchRows(ctx context.Context, t *table) error {
 		ratio(orchNew.P99(), stats.Sample(rawNew).P99()), false, 0)
 	extra := orchOld.P50() - stats.Sample(rawOld).P50()
 	t.add(row{what: "dispatch p50, worktree exists: sent -> agent", orch: stats.Ms(orchOld.P50()),
-		base: "spawn " + stats.Ms(stats.Sample(rawOld).P50()), ratio: fmt.Sprintf("%+.2f ms", float64(extra)/float64(time.Millisecond)),
+		base: "spawn " + stats.Ms(stats.Sample(rawOld).P50()), ratio: deltaMs(extra),
 		target: "<= +5 ms", verdict: verdict(extra <= 5*time.Millisecond)})
 	t.ratio("dispatch p99, worktree exists", stats.Ms(orchOld.P99()), "spawn "+stats.Ms(stats.Sample(rawOld).P99()),
 		ratio(orchOld.P99(), stats.Sample(rawOld).P99()), false, 0)
 	above := extra - floor.P50()
 	t.add(row{what: "worktree exists, over spawn + JetStream floor", orch: stats.Ms(orchOld.P50()),
 		base:  "spawn + 3 fsynced writes " + stats.Ms(stats.Sample(rawOld).P50()+floor.P50()),
-		ratio: fmt.Sprintf("%+.2f ms", float64(above)/float64(time.Millisecond)), target: "-", verdict: "-"})
+		ratio: deltaMs(above), target: "-", verdict: "-"})
 	if rawConfined != nil {
 		base := rawConfined.P50() + floor.P50()
 		t.add(row{what: "worktree exists, over a spawn in bwrap's floor + JetStream floor", orch: stats.Ms(orchOld.P50()),
 			base:  "floor spawn " + stats.Ms(rawConfined.P50()) + " + writes " + stats.Ms(floor.P50()),
-			ratio: fmt.Sprintf("%+.2f ms", float64(orchOld.P50()-base)/float64(time.Millisecond)), target: "-", verdict: "-"})
+			ratio: deltaMs(orchOld.P50() - base), target: "-", verdict: "-"})
 	}
 	if err := b.leastRows(ctx, t, head, orchOld, rawOld); err != nil {
 		return err

@@ -46,7 +46,7 @@ func (b *bench) sandboxRows(ctx context.Context, t *table, head string) error {
 	}
 	extra := confined.P50() - open.P50()
 	t.add(row{what: what, orch: stats.Ms(confined.P50()), base: "unconfined " + stats.Ms(open.P50()),
-		ratio: fmt.Sprintf("%+.2f ms", float64(extra)/float64(time.Millisecond)), target: "<= +10 ms", verdict: verdict(extra <= 10*time.Millisecond)})
+		ratio: deltaMs(extra), target: "<= +10 ms", verdict: verdict(extra <= 10*time.Millisecond)})
 	t.ratio("dispatch p99, worktree exists: confined", stats.Ms(confined.P99()), "unconfined "+stats.Ms(open.P99()),
 		ratio(confined.P99(), open.P99()), false, 0)
 	return nil

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // row is one line of the table: orch's figure, the baseline's, their
@@ -58,4 +59,9 @@ func (t *table) print(w io.Writer) {
 	if len(missed) > 0 {
 		fmt.Fprintf(w, "\nmissed: %s\n", strings.Join(missed, "; "))
 	}
+}
+
+// deltaMs is d as a difference in milliseconds, signed: "+1.23 ms".
+func deltaMs(d time.Duration) string {
+	return fmt.Sprintf("%+.2f ms", float64(d)/float64(time.Millisecond))
 }

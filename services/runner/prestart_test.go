@@ -105,19 +105,24 @@ echo "$ORCH_JOB_ID" > agent.txt
 git add agent.txt && git -c user.name=agent -c user.email=agent@example.com commit -qm "by $ORCH_JOB_ID"
 `))
 	metrics := e.startScraped(cfg)
+	// spares waits until n spare worktrees were made.
+	spares := func(n float64) {
+		t.Helper()
+		natstest.CheckFor(t, time.Minute, 10*time.Millisecond, func() error {
+			m := metricstest.Scrape(t, metrics)
+			if v, _ := m.Value(`orch_runner_spare_worktrees_made_total{project="widgets"}`); v < n {
+				return fmt.Errorf("%v spare worktrees made, want %v", v, n)
+			}
+			return nil
+		})
+	}
 
 	// The first new task finds no spare (nothing made ahead); the spare
 	// is made when it ends.
 	first := job("spare-1", "task-first", proto.KindImplement)
 	e.enqueue(first)
 	e.waitState(first.ID, proto.StateDone, time.Minute)
-	natstest.CheckFor(t, time.Minute, 10*time.Millisecond, func() error {
-		m := metricstest.Scrape(t, metrics)
-		if v, _ := m.Value(`orch_runner_spare_worktrees_made_total{project="widgets"}`); v < 1 {
-			return errors.New("no spare worktree made")
-		}
-		return nil
-	})
+	spares(1)
 
 	second := job("spare-2", "task-second", proto.KindImplement)
 	e.enqueue(second)
@@ -141,16 +146,6 @@ git add agent.txt && git -c user.name=agent -c user.email=agent@example.com comm
 	// at main's new head and does not take the spare. The sandbox made on
 	// the spare is ended, and the agent starts in a worktree of the
 	// task's own.
-	spares := func(n float64) {
-		t.Helper()
-		natstest.CheckFor(t, time.Minute, 10*time.Millisecond, func() error {
-			m := metricstest.Scrape(t, metrics)
-			if v, _ := m.Value(`orch_runner_spare_worktrees_made_total{project="widgets"}`); v < n {
-				return fmt.Errorf("%v spare worktrees made, want %v", v, n)
-			}
-			return nil
-		})
-	}
 	spares(2)
 	writeFile(t, filepath.Join(e.remote, "moved.txt"), "moved\n")
 	git(t, e.remote, "add", "moved.txt")

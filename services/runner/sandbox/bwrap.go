@@ -234,16 +234,16 @@ func within(path, dir string) bool {
 // there yet, and its binds are skipped if it is not there when made.
 func gitArgs(worktree, dotGit string) (own, git []string, err error) {
 	dotGitPath := filepath.Join(worktree, ".git")
-	own = []string{"--bind", worktree, worktree, "--ro-bind", dotGitPath, dotGitPath}
-	if dotGit != "" {
-		own = []string{"--bind-try", worktree, worktree, "--ro-bind-try", dotGitPath, dotGitPath}
-	} else {
+	bind, roBind := "--bind-try", "--ro-bind-try"
+	if dotGit == "" {
+		bind, roBind = "--bind", "--ro-bind"
 		b, err := os.ReadFile(dotGitPath)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the worktree's .git: %w", err)
 		}
 		dotGit = string(b)
 	}
+	own = []string{bind, worktree, worktree, roBind, dotGitPath, dotGitPath}
 	gitDir, ok := strings.CutPrefix(strings.TrimSpace(dotGit), "gitdir: ")
 	if !ok {
 		return nil, nil, fmt.Errorf("%s is not a worktree's .git file", dotGitPath)

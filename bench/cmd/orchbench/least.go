@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,13 +28,13 @@ import (
 // fsynced KV create, a fresh key) and starts the agent in the task's
 // worktree (the raw baseline's) once the create is confirmed. No
 // records, no holds, no fair share, no status writes: nothing orch does
-// beyond the two durable writes and the start. With bwrap, the agent
-// runs in bwrap's floor (sandbox.Floor) made from the delivery, beside
-// the create, and held at its gate (--block-fd) until the create is
-// confirmed, as orch makes its own sandboxes ahead. It is the floor
-// under "worktree exists" of any dispatcher with a durable queue and a
-// task lock on this machine.
-func (b *bench) leastDispatch(ctx context.Context, head, bwrap string) (stats.Sample, error) {
+// beyond the two durable writes and the start. Confined (c.bwrap set),
+// the agent's sandbox is made from the delivery, beside the create, and
+// held at its gate (--block-fd) until the create is confirmed, as orch
+// makes its own sandboxes ahead. It is the floor under "worktree exists"
+// of any dispatcher with a durable queue and a task lock on this
+// machine, and, confined, of any that confines its agents so.
+func (b *bench) leastDispatch(ctx context.Context, head string, c leastConfinement) (stats.Sample, error) {
 	const name = "BENCH_LEAST"
 	stream, err := b.rawStream(ctx, name, "bench.least.>")
 	if err != nil {
@@ -58,7 +59,7 @@ func (b *bench) leastDispatch(ctx context.Context, head, bwrap string) (stats.Sa
 	)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		jobs.Go(func() {
-			if err := b.leastJob(ctx, locks, msg, bwrap); err != nil {
+			if err := b.leastJob(ctx, locks, msg, c); err != nil {
 				jobsErr.CompareAndSwap(nil, &err)
 			}
 		})
@@ -108,11 +109,38 @@ func (b *bench) leastDispatch(ctx context.Context, head, bwrap string) (stats.Sa
 	return lat, nil
 }
 
+// leastConfinement is how the least dispatcher confines its agents:
+// not at all (bwrap ""), in bwrap's floor (sandbox.Floor: the namespaces
+// of a job's sandbox and the host's root read-only, which hides nothing),
+// or, with etc set, in a job's sandbox as the runner makes one with the
+// network none (sandbox.Job: the system read-only, etc as /etc, the
+// worktree, its git directories and a home of the task's, nothing else
+// of the host), which is the least a sandbox that keeps the host's
+// credentials out of the agent's reach costs.
+type leastConfinement struct {
+	bwrap, etc, homes string
+}
+
+// command is the agent's argv in dir, confined as c says, with its gate
+// on descriptor 3 when confined.
+func (c leastConfinement) command(b *bench, task, dir string) ([]string, error) {
+	argv := []string{b.raw.agent, b.raw.records}
+	switch {
+	case c.bwrap == "":
+		return argv, nil
+	case c.etc == "":
+		floor := sandbox.Floor(c.bwrap, dir, []string{b.raw.records}, argv...)
+		return append([]string{floor[0], "--block-fd", "3"}, floor[1:]...), nil
+	}
+	return sandbox.Job{Bwrap: c.bwrap, Network: sandbox.NetNone, Argv: argv, Worktree: dir,
+		Home: filepath.Join(c.homes, task), RW: []string{b.raw.records}, PATH: os.Getenv("PATH"), Etc: c.etc, Gate: 3}.Command()
+}
+
 // leastJob runs the job msg carries as the least dispatcher does: its
-// task's lock created, its agent started (confined in bwrap's floor when
-// bwrap is set, made while the lock is created), waited for, the lock
-// deleted and the job acked.
-func (b *bench) leastJob(ctx context.Context, locks jetstream.KeyValue, msg jetstream.Msg, bwrap string) error {
+// task's lock created, its agent started (confined as c says, the
+// sandbox made while the lock is created), waited for, the lock deleted
+// and the job acked.
+func (b *bench) leastJob(ctx context.Context, locks jetstream.KeyValue, msg jetstream.Msg, c leastConfinement) error {
 	id := msg.Headers().Get(jetstream.MsgIDHeader)
 	var ev struct {
 		PullRequest struct {
@@ -129,16 +157,15 @@ func (b *bench) leastJob(ctx context.Context, locks jetstream.KeyValue, msg jets
 		return fmt.Errorf("job %q of branch %q: not a bench task's", id, ev.PullRequest.Head.Ref)
 	}
 	dir := b.raw.worktree(task)
-	argv := []string{b.raw.agent, b.raw.records}
-	var gate *os.File
-	if bwrap != "" {
-		floor := sandbox.Floor(bwrap, dir, []string{b.raw.records}, argv...)
-		argv = append([]string{floor[0], "--block-fd", "3"}, floor[1:]...)
+	argv, err := c.command(b, task, dir)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", id, err)
 	}
+	var gate *os.File
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "ORCH_JOB_ID="+id, "ORCH_ATTEMPT=1")
-	if bwrap != "" {
+	if c.bwrap != "" {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return err
@@ -178,26 +205,38 @@ func (b *bench) leastJob(ctx context.Context, locks jetstream.KeyValue, msg jets
 
 // leastRows reports orch's dispatch in an existing worktree against the
 // least dispatcher's (leastDispatch), unconfined and, where bwrap is
-// installed, confined, both over the same spawn.
+// installed, confined in bwrap's floor and in a job's sandbox, each over
+// the same spawn.
 func (b *bench) leastRows(ctx context.Context, t *table, head string, orch, spawn stats.Sample) error {
-	progress("the least dispatcher, the same %d tasks, unconfined then confined in bwrap's floor", b.o.dispatchN)
-	modes := []string{""}
+	progress("the least dispatcher, the same %d tasks, unconfined, then confined in bwrap's floor and in a job's sandbox", b.o.dispatchN)
+	modes := []leastConfinement{{}}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
-		modes = append(modes, bwrap)
+		etc, err := sandbox.NewEtc("/etc", filepath.Join(b.dir, "least-etc"))
+		if err != nil {
+			return err
+		}
+		defer etc.Close()
+		dir, release := etc.Acquire()
+		defer release()
+		modes = append(modes, leastConfinement{bwrap: bwrap},
+			leastConfinement{bwrap: bwrap, etc: dir, homes: filepath.Join(b.dir, "least-homes")})
 	}
-	for _, bwrap := range modes {
-		least, err := b.leastDispatch(ctx, head, bwrap)
+	for _, c := range modes {
+		least, err := b.leastDispatch(ctx, head, c)
 		if err != nil {
 			return fmt.Errorf("the least dispatcher: %w", err)
 		}
 		how := "unconfined"
-		if bwrap != "" {
+		switch {
+		case c.etc != "":
+			how = "a job's sandbox made ahead, network none"
+		case c.bwrap != "":
 			how = "bwrap's floor made ahead"
 		}
 		t.add(row{what: "worktree exists, least dispatcher (" + how + "): sent -> agent", orch: stats.Ms(least.P50()),
 			base: "spawn " + stats.Ms(spawn.P50()), ratio: deltaMs(least.P50() - spawn.P50()), target: "-", verdict: "-"})
-		if bwrap != "" {
-			t.add(row{what: "worktree exists, orch over the least dispatcher (confined)", orch: stats.Ms(orch.P50()),
+		if c.bwrap != "" {
+			t.add(row{what: "worktree exists, orch over the least dispatcher (" + how + ")", orch: stats.Ms(orch.P50()),
 				base: "least " + stats.Ms(least.P50()), ratio: deltaMs(orch.P50() - least.P50()), target: "-", verdict: "-"})
 		}
 	}

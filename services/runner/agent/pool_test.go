@@ -166,6 +166,15 @@ func testPoolEndsWithItsOwner(t *testing.T, mode string) {
 		}
 		return nil
 	})
+	// Each is named so in ps -e and top, wrapped or not.
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		for _, pid := range waiting {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) != "orch-supervisor\n" {
+				return fmt.Errorf("supervisor %d is named %q", pid, comm)
+			}
+		}
+		return nil
+	})
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	testkit.WaitGone(t, agent.Alive, waiting...)

@@ -60,6 +60,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,6 +72,13 @@ const supervisorEnv = "ORCH_INTERNAL_AGENT_SUPERVISOR"
 
 // supervisorName is the supervisor's argv[0], as ps shows it.
 const supervisorName = "orch-agent-supervisor"
+
+// supervisorComm is the supervisor's process name (comm, at most 15
+// bytes), as ps -e, top and pgrep show it. A supervisor started in a
+// network namespace of its own (Forwarding) is run as /proc/self/fd/4,
+// which its argv keeps (bwrap 0.8 has no --argv0): its name says what it
+// is all the same.
+const supervisorComm = "orch-supervisor"
 
 // ctlFD is the descriptor of the control socket from the runner: the
 // order comes on it, and its end of file means the runner is gone.
@@ -94,6 +102,9 @@ func init() {
 // runner is gone or closes the socket.
 func supervise() int {
 	syscall.CloseOnExec(ctlFD) // the agent must not hold the runner's socket
+	if name, err := unix.BytePtrFromString(supervisorComm); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0)
+	}
 	ctl := os.NewFile(ctlFD, "orch-ctl")
 	if err := serveForward(); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: %v\n", err)

@@ -201,10 +201,8 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		}
 		return func() {}, nil
 	}
-	home, err := r.homeDir(job)
-	if err != nil {
-		return nil, err
-	}
+	// The sandbox's command makes the home when missing (sandbox.Job).
+	home := r.homePath(job)
 	env := slices.DeleteFunc(slices.Clone(spec.Env), func(kv string) bool {
 		return slices.ContainsFunc(hostVars, func(name string) bool { return strings.HasPrefix(kv, name+"=") })
 	})

@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // spare is the spare worktree of a project's clone, as this process made
@@ -159,13 +160,25 @@ func takeSpare(rs *repoState, gitDir, dir, branch, commit string, track bool, sp
 	if err := os.Rename(s.dir, dir); err != nil {
 		return false
 	}
-	var branched, headSet bool
-	ok := writeFile(filepath.Join(own, "gitdir"), filepath.Join(dir, ".git")+"\n") == nil
-	if ok {
-		branched = createBranch(gitDir, branch, s.commit) == nil
-		headSet = branched && writeFile(filepath.Join(own, "HEAD"), "ref: refs/heads/"+branch+"\n") == nil
-		ok = headSet && (!track || setUpstream(gitDir, branch) == nil)
+	// Four files, none of which another's write depends on: each is
+	// written aside and renamed over the old one, which on ext4 starts
+	// that file's writeback (auto_da_alloc), a few hundred microseconds
+	// each on a loaded machine. They are written at once, and all of
+	// them undone if any failed; no git command of the clone's runs
+	// meanwhile (rs.mu), and no agent is in the worktree yet.
+	var (
+		pointed, branched, headSet, tracked bool
+		writing                             sync.WaitGroup
+	)
+	writing.Go(func() { pointed = writeFile(filepath.Join(own, "gitdir"), filepath.Join(dir, ".git")+"\n") == nil })
+	writing.Go(func() { branched = createBranch(gitDir, branch, s.commit) == nil })
+	writing.Go(func() { headSet = writeFile(filepath.Join(own, "HEAD"), "ref: refs/heads/"+branch+"\n") == nil })
+	tracked = !track
+	if track {
+		writing.Go(func() { tracked = setUpstream(gitDir, branch) == nil })
 	}
+	writing.Wait()
+	ok := pointed && branched && headSet && tracked
 	if !ok {
 		// Back as it was, for "worktree add" to run as ever; the spare
 		// itself is made again later.
@@ -175,7 +188,12 @@ func takeSpare(rs *repoState, gitDir, dir, branch, commit string, track bool, sp
 		if branched {
 			removeBranch(gitDir, branch)
 		}
-		_ = writeFile(filepath.Join(own, "gitdir"), filepath.Join(s.dir, ".git")+"\n")
+		if track && tracked {
+			unsetUpstream(gitDir, branch)
+		}
+		if pointed {
+			_ = writeFile(filepath.Join(own, "gitdir"), filepath.Join(s.dir, ".git")+"\n")
+		}
 		_ = os.Rename(dir, s.dir)
 	}
 	return ok
@@ -229,7 +247,30 @@ func setUpstream(gitDir, branch string) error {
 	if len(old) > 0 && old[len(old)-1] != '\n' {
 		old = append(old, '\n')
 	}
-	return commitLock(lock, cfg, append(old, fmt.Sprintf("[branch \"%s\"]\n\tremote = origin\n\tmerge = refs/heads/%s\n", branch, branch)...))
+	return commitLock(lock, cfg, append(old, upstreamSection(branch)...))
+}
+
+// upstreamSection is the section setUpstream appends for branch.
+func upstreamSection(branch string) string {
+	return fmt.Sprintf("[branch \"%s\"]\n\tremote = origin\n\tmerge = refs/heads/%s\n", branch, branch)
+}
+
+// unsetUpstream takes back the section setUpstream appended for branch,
+// when it is still the config's last, so that the next take does not
+// append it twice; one that cannot be taken back is left.
+func unsetUpstream(gitDir, branch string) {
+	cfg := filepath.Join(gitDir, "config")
+	lock, err := os.OpenFile(cfg+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	old, err := os.ReadFile(cfg)
+	if rest, ok := strings.CutSuffix(string(old), upstreamSection(branch)); err == nil && ok {
+		_ = commitLock(lock, cfg, []byte(rest))
+		return
+	}
+	_ = lock.Close()
+	_ = os.Remove(cfg + ".lock")
 }
 
 // commitLock writes data into lock, git's lock file of path, and renames

@@ -197,3 +197,55 @@ func TestNoSpare(t *testing.T) {
 		t.Errorf("new task made by %q, want %q", co.Made, workspace.MadeByAdd)
 	}
 }
+
+// A take that fails part way (here the branch's ref, which a stale lock
+// of git's holds) undoes what its other writes did, the branch's
+// upstream in the clone's config too: the spare is back where it was,
+// git would prune nothing, and once the spare is made ready again the
+// next try takes it and tracks the branch once.
+func TestSpareTakeUndone(t *testing.T) {
+	ctx := context.Background()
+	o, _ := newOrigin(t)
+	ws, repo := o.setup()
+	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	main := o.head("main")
+	gitOut(t, o.author, "push", "-q", "origin", main+":refs/heads/agent/wid-5")
+	clone, _ := ws.RepoDir("widgets")
+	stale := filepath.Join(clone, "refs", "heads", "agent", "wid-5.lock")
+	write(t, stale, "")
+	want := workspace.Want{Task: "wid-5", HeadBranch: "agent/wid-5", HeadSHA: main, Since: time.Now()}
+	if co, err := ws.Prepare(ctx, repo, want); err == nil {
+		t.Fatalf("prepared %+v with the branch's ref locked", co)
+	}
+	section := `[branch "agent/wid-5"]`
+	if cfg, _ := os.ReadFile(filepath.Join(clone, "config")); strings.Contains(string(cfg), section) {
+		t.Errorf("the undone take left its upstream in the clone's config:\n%s", cfg)
+	}
+	spareDir := filepath.Join(ws.Root, "spares", "widgets")
+	if got := gitOut(t, spareDir, "rev-parse", "HEAD"); got != main {
+		t.Errorf("the spare is at %s after the undone take, want %s", got, main)
+	}
+	if pruned := gitOut(t, clone, "worktree", "prune", "--dry-run", "--verbose"); pruned != "" {
+		t.Errorf("git would prune: %s", pruned)
+	}
+
+	if err := os.Remove(stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.MakeSpare(ctx, repo); err != nil {
+		t.Fatal(err)
+	}
+	co := prepare(t, ws, repo, want)
+	if co.Made != workspace.MadeFromSpare {
+		t.Errorf("made %q the second time, want from the spare", co.Made)
+	}
+	if up := gitOut(t, co.Dir, "rev-parse", "--abbrev-ref", "@{upstream}"); up != "origin/agent/wid-5" {
+		t.Errorf("upstream %q, want origin/agent/wid-5", up)
+	}
+	if cfg, _ := os.ReadFile(filepath.Join(clone, "config")); strings.Count(string(cfg), section) != 1 {
+		t.Errorf("the clone's config has the branch's section %d times, want once:\n%s", strings.Count(string(cfg), section), cfg)
+	}
+}

@@ -212,8 +212,11 @@ func TestPoolSupervisorRunsTheNextAgent(t *testing.T) {
 	p := agent.NewPool(1, 1, nil)
 	defer p.Close()
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		if n := len(supervisorsOf(os.Getpid())); n != 1 {
-			return fmt.Errorf("%d supervisors waiting, want 1", n)
+		// Ready in the pool, not only started: a run that found none
+		// ready would start its own, which the pool, full once the
+		// first is ready, would not keep.
+		if n, ready := len(supervisorsOf(os.Getpid())), p.Waiting(); n != 1 || ready != 1 {
+			return fmt.Errorf("%d supervisors started, %d ready, want 1", n, ready)
 		}
 		return nil
 	})

@@ -170,15 +170,16 @@ func (p *Pool) launch(o order, stdin, logf *os.File, files ...*os.File) (sup *su
 	return sup, outR, gate, nil
 }
 
-// stdinFile is an unlinked file holding text, to be the agent's standard
-// input: no goroutine has to copy it, and an agent that never reads it
-// cannot block anything. Its offset is left at the start.
+// stdinFile is a file with no name holding text (memfd_create), to be
+// the agent's standard input: no goroutine has to copy it, an agent that
+// never reads it cannot block anything, and no file system is written
+// for it. Its offset is left at the start.
 func stdinFile(text string) (*os.File, error) {
-	f, err := os.CreateTemp("", "orch-stdin-*")
+	fd, err := unix.MemfdCreate("orch-stdin", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("creating stdin file: %w", err)
 	}
-	_ = os.Remove(f.Name())
+	f := os.NewFile(uintptr(fd), "orch-stdin")
 	if _, err := f.WriteAt([]byte(text), 0); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("writing stdin file: %w", err)

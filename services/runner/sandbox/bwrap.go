@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // InitPath is where the init program (FindInit) is bound in every sandbox.
@@ -209,13 +211,21 @@ func systemArgs(etc string) []string {
 // underSystem reports whether path is in one of the system directories,
 // which every sandbox has already.
 func underSystem(path string) bool {
+	return slices.ContainsFunc(systemReal(), func(real string) bool { return within(path, real) })
+}
+
+// systemReal is where the system directories really are, their symlinks
+// followed, as read once: a host does not move /usr under a running
+// runner.
+var systemReal = sync.OnceValue(func() []string {
+	var reals []string
 	for _, d := range systemDirs {
-		if real, err := filepath.EvalSymlinks(d); err == nil && within(path, real) {
-			return true
+		if real, err := filepath.EvalSymlinks(d); err == nil {
+			reals = append(reals, real)
 		}
 	}
-	return false
-}
+	return reals
+})
 
 // within reports whether path is dir or inside it.
 func within(path, dir string) bool {

@@ -181,8 +181,15 @@ func testPoolEndsWithItsOwner(t *testing.T, mode string) {
 }
 
 // A supervisor killed while it waited (the OOM killer, a person) costs
-// its job nothing: the job starts a supervisor of its own.
+// its job nothing: the job starts a supervisor of its own. One sent
+// SIGTERM while it waits ends at once: it has nothing to stop.
 func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { testPoolSupervisorKilledWhileWaiting(t, sig) })
+	}
+}
+
+func testPoolSupervisorKilledWhileWaiting(t *testing.T, sig syscall.Signal) {
 	p := agent.NewPool(1, 1, nil)
 	defer p.Close()
 	var waiting []int
@@ -192,7 +199,7 @@ func TestPoolSupervisorKilledWhileWaiting(t *testing.T) {
 		}
 		return nil
 	})
-	_ = syscall.Kill(waiting[0], syscall.SIGKILL)
+	_ = syscall.Kill(waiting[0], sig)
 	testkit.WaitGone(t, agent.Alive, waiting...)
 	s := spec(t, script(t, t.TempDir(), "echo ran\n"))
 	if res := p.Run(context.Background(), s); res.Err != nil {

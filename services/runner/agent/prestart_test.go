@@ -165,6 +165,26 @@ func TestPrestartRunnerKilled(t *testing.T) {
 	}
 }
 
+// The end of file on the control socket alone (the runner's end closed,
+// no signal sent) is the runner's death to a supervisor whose agent
+// waits at its gate: it kills the sandbox, and nothing of the agent runs.
+func TestPrestartControlClosed(t *testing.T) {
+	p := agent.NewPool(1, 1, nil)
+	defer p.Close()
+	dir := t.TempDir()
+	st, err := p.Prestart(gated(t, dir, "exit 0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Abort()
+	pid := atGate(t, dir)
+	st.CloseControl()
+	testkit.WaitGone(t, agent.Alive, pid)
+	if ran(dir) {
+		t.Error("the agent ran once its runner's end of the control socket closed")
+	}
+}
+
 // prestartOwner starts an agent up to its gate in the directory its
 // environment names, says so on stdout and waits for its end.
 func prestartOwner() {

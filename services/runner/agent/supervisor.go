@@ -58,6 +58,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -113,19 +114,32 @@ func supervise() int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "orch: prctl(PR_SET_CHILD_SUBREAPER): %v\n", err)
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	orders, gone := readOrders(ctl)
+	watch, err := newGoneWatch(ctl)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orch: %v\n", err)
+		return 126
+	}
+	sigs := relaySignals()
 	for {
-		var in incoming
+		// Waiting, the main thread reads the next order itself: the
+		// order's arrival wakes the one thread that starts the agent.
+		// A signal meanwhile ends the supervisor (relaySignals), as
+		// one with nothing to run should end; so does one that reached
+		// the last run after it ended.
+		supervisorState.Store(stateWaiting)
 		select {
-		case in = <-orders:
-		case <-gone:
-			return 0 // the runner is gone, or needs no agent of this one
 		case <-sigs:
 			return 0
+		default:
 		}
-		ws, cpu, code, again := runOrder(ctl, in, sigs, gone)
+		o, files, err := receive(ctl)
+		if errors.Is(err, io.EOF) && len(files) == 0 {
+			return 0 // the runner is gone, or needs no agent of this one
+		}
+		if !supervisorState.CompareAndSwap(stateWaiting, stateRunning) {
+			return 0 // a signal came first: the order is not taken
+		}
+		ws, cpu, code, again := runOrder(ctl, incoming{o, files, err}, sigs, watch)
 		switch {
 		case code >= 0:
 			return code
@@ -147,6 +161,34 @@ func supervise() int {
 	}
 }
 
+// A supervisor's state, for relaySignals: waiting for an order, running
+// one (from its taking to the report of how it ended), or exiting.
+const (
+	stateWaiting = iota
+	stateRunning
+	stateExiting
+)
+
+var supervisorState atomic.Int32
+
+// relaySignals passes on the signals a run is to act on (SIGTERM, SIGINT,
+// SIGHUP): while an order runs, into the channel returned; while the
+// supervisor waits for one, it exits instead. The main thread, blocked
+// reading its order, could not see them there.
+func relaySignals() <-chan os.Signal {
+	in, out := make(chan os.Signal, 4), make(chan os.Signal, 4)
+	signal.Notify(in, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		for sig := range in {
+			if supervisorState.CompareAndSwap(stateWaiting, stateExiting) {
+				os.Exit(0)
+			}
+			out <- sig
+		}
+	}()
+	return out
+}
+
 // incoming is an order as read from the control socket.
 type incoming struct {
 	o     order
@@ -154,32 +196,69 @@ type incoming struct {
 	err   error
 }
 
-// readOrders reads the orders from ctl, in the background for as long as
-// the supervisor lives: the runner sends nothing while an agent runs, so
-// the read's end of file, which closes gone, is the runner's death.
-func readOrders(ctl *os.File) (<-chan incoming, <-chan struct{}) {
-	orders, gone := make(chan incoming), make(chan struct{})
+// goneWatch tells, while an agent runs, when the runner is gone: the
+// runner sends nothing on the control socket then, so its end of file
+// (the peer's hang-up) is the runner's death. It polls the socket without
+// reading it, so the next order stays there for the main thread.
+type goneWatch struct {
+	ctl int
+	// wakeR and wakeW are a pipe that stop writes to end the poll.
+	wakeR, wakeW int
+	done         chan struct{}
+}
+
+func newGoneWatch(ctl *os.File) (*goneWatch, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("creating the watch's pipe: %w", err)
+	}
+	return &goneWatch{ctl: int(ctl.Fd()), wakeR: p[0], wakeW: p[1]}, nil
+}
+
+// start watches until stop; the channel is closed when the runner is
+// gone.
+func (w *goneWatch) start() <-chan struct{} {
+	gone := make(chan struct{})
+	w.done = make(chan struct{})
 	go func() {
-		defer close(gone)
+		defer close(w.done)
+		fds := []unix.PollFd{{Fd: int32(w.ctl), Events: unix.POLLIN | unix.POLLRDHUP}, {Fd: int32(w.wakeR), Events: unix.POLLIN}}
 		for {
-			o, files, err := receive(ctl)
-			if errors.Is(err, io.EOF) && len(files) == 0 {
+			if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
 				return
 			}
-			orders <- incoming{o, files, err}
-			if err != nil {
+			switch {
+			case fds[1].Revents != 0:
+				var b [1]byte
+				_, _ = unix.Read(w.wakeR, b[:])
+				return
+			case fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0:
+				close(gone)
+				return
+			case fds[0].Revents&unix.POLLIN != 0:
+				// Bytes where none were due: the main thread reads them
+				// once this run is over.
 				return
 			}
 		}
 	}()
-	return orders, gone
+	return gone
+}
+
+// stop ends the watch and waits for it.
+func (w *goneWatch) stop() {
+	_, _ = unix.Write(w.wakeW, []byte{0})
+	<-w.done
+	// A watch that ended by itself left the byte unread.
+	var b [1]byte
+	_, _ = unix.Read(w.wakeR, b[:])
 }
 
 // runOrder runs the agent of one order and cleans up after it. It returns
 // how the agent ended and the CPU time of what ran, and whether the
 // supervisor may take another order (no signal reached it); or an exit
 // code >= 0 when the supervisor is to exit at once.
-func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan struct{}) (ws syscall.WaitStatus, cpu time.Duration, code int, again bool) {
+func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, watch *goneWatch) (ws syscall.WaitStatus, cpu time.Duration, code int, again bool) {
 	o, files, err := in.o, in.files, in.err
 	if len(files) >= 2 {
 		// The agent's standard streams are the supervisor's while it
@@ -251,6 +330,10 @@ func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, gone <-chan stru
 		}
 	}
 	pgid := cmd.Process.Pid
+	// Watched from here on, not before the agent's start, which it would
+	// delay (a thread to wake); a runner gone meanwhile is seen at once.
+	gone := watch.start()
+	defer watch.stop()
 
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()

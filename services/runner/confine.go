@@ -3,6 +3,7 @@ package runner
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -181,11 +182,14 @@ func (c confinement) record(st *proto.Status) {
 // confine turns spec into the confined run of job's agent in the worktree
 // dir: the sandbox's command, an environment without the runner's
 // credentials, the task's home, and the job's egress proxy, which the
-// returned stop closes (after the agent ended). Unconfined, it only puts
-// the limits on the agent. later, when set, holds back the worktree's
-// binding until the spare the sandbox is made on is the task's
-// (prestart.go).
-func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, later *laterBind, spec *agent.Spec) (stop func(), err error) {
+// returned stop closes (after the agent ended). The proxy serves once
+// listen is called, which may be after the sandbox is started and must
+// be before its agent starts: the proxy's socket is not on the way to
+// the sandbox. Unconfined, it only puts the limits on the agent. later,
+// when set, holds back the worktree's binding until the spare the
+// sandbox is made on is the task's (prestart.go).
+func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, later *laterBind, spec *agent.Spec) (stop func(), listen func() error, err error) {
+	listen = func() error { return nil }
 	c := r.conf
 	if c.bwrap == "" {
 		// The rlimits step: orch-sandbox-init, or the runner's own
@@ -199,7 +203,7 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 		if spec.Argv, v = c.limits.Wrap(step, spec.Argv); v != "" {
 			spec.Env = append(spec.Env, v)
 		}
-		return func() {}, nil
+		return func() {}, listen, nil
 	}
 	// The sandbox's command makes the home when missing (sandbox.Job).
 	home := r.homePath(job)
@@ -227,11 +231,12 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 	}
 	stop = releaseEtc
 	if c.network != sandbox.NetNone {
-		proxy, base, sock, err := r.startEgress(log, job, p, spec.Notes)
+		proxy, base, sock, serve, err := r.startEgress(log, job, p, spec.Notes)
 		if err != nil {
 			releaseEtc()
-			return nil, err
+			return nil, nil, err
 		}
+		listen = serve
 		// The proxy's meter, for the spend watch and a usage limit's 429
 		// (meters.go).
 		r.meters.Store(job.ID, proxy)
@@ -256,6 +261,14 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 			// The supervisor forwards, from its own network
 			// namespace, which the sandbox shares (agent.Forwarding).
 			sj.Forwarded, spec.Forward = true, sock
+		} else {
+			// The socket is bound into the sandbox: it is to be there
+			// when bwrap starts.
+			if err := listen(); err != nil {
+				stop()
+				return nil, nil, err
+			}
+			listen = func() error { return nil }
 		}
 		agentEnv := proxy.AgentEnv(base)
 		if c.network == sandbox.NetOpen {
@@ -268,17 +281,18 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 	argv, err := sj.Command()
 	if err != nil {
 		stop()
-		return nil, err
+		return nil, nil, err
 	}
 	spec.Argv, spec.Env, spec.Gated = argv, env, true
-	return stop, nil
+	return stop, listen, nil
 }
 
-// startEgress starts job's egress proxy: on a unix socket in a private
-// directory of its own, which the sandbox's init forwards to, or, on the
-// open network, on the host's loopback. base is the proxy's address as
-// the agent sees it; sock is "" on the open network.
-func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Project, notes *agent.Notes) (proxy *egress.Proxy, base, sock string, err error) {
+// startEgress makes job's egress proxy: on a unix socket in a private
+// directory of its own, which the sandbox's init or the supervisor
+// forwards to, once listen is called; or, on the open network, on the
+// host's loopback at once (listen does nothing). base is the proxy's
+// address as the agent sees it; sock is "" on the open network.
+func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Project, notes *agent.Notes) (proxy *egress.Proxy, base, sock string, listen func() error, err error) {
 	upstream := cmp.Or(os.Getenv("ANTHROPIC_BASE_URL"), modelUpstreamDefault)
 	allow := slices.Concat(r.cfg.AgentEgress, p.Egress)
 	var gitHosts []string
@@ -305,26 +319,30 @@ func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Projec
 	if r.conf.network == sandbox.NetOpen {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, "", "", fmt.Errorf("egress proxy: %w", err)
+			return nil, "", "", nil, fmt.Errorf("egress proxy: %w", err)
 		}
 		proxy, err := egress.Serve(ln, o)
 		if err != nil {
-			return nil, "", "", err
+			return nil, "", "", nil, err
 		}
-		return proxy, "http://" + ln.Addr().String(), "", nil
+		return proxy, "http://" + ln.Addr().String(), "", func() error { return nil }, nil
+	}
+	if proxy, err = egress.New(o); err != nil {
+		return nil, "", "", nil, err
 	}
 	// A unix socket's path has room for about 100 bytes: the system's
-	// temporary directory, not the workspace, holds it.
-	runDir, err := os.MkdirTemp("", "orch-job-")
-	if err != nil {
-		return nil, "", "", fmt.Errorf("egress proxy: %w", err)
-	}
+	// temporary directory, not the workspace, holds it, in a directory
+	// only the runner may enter, made by listen (a name taken meanwhile
+	// fails it).
+	runDir := filepath.Join(os.TempDir(), "orch-job-"+rand.Text())
 	sock = filepath.Join(runDir, "egress.sock")
-	if proxy, err = egress.Listen(sock, o); err != nil {
-		_ = os.RemoveAll(runDir)
-		return nil, "", "", err
+	listen = func() error {
+		if err := os.Mkdir(runDir, 0o700); err != nil {
+			return fmt.Errorf("egress proxy: %w", err)
+		}
+		return proxy.Listen(sock)
 	}
-	return proxy, "http://127.0.0.1:" + strconv.Itoa(sandbox.ForwardPort), sock, nil
+	return proxy, "http://127.0.0.1:" + strconv.Itoa(sandbox.ForwardPort), sock, listen, nil
 }
 
 // refreshEtc keeps the sandboxes' copy of the host's /etc current

@@ -308,8 +308,15 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 		argv := spec.Argv
 		spec, stopConfine, ok := pre.take(log, spec)
 		if !ok {
-			var err error
-			if stopConfine, err = r.confine(log, job, p, dir, nil, &spec); err != nil {
+			var (
+				listen func() error
+				err    error
+			)
+			if stopConfine, listen, err = r.confine(log, job, p, dir, nil, &spec); err != nil {
+				return agent.Result{}, argv, logPath, err
+			}
+			if err := listen(); err != nil {
+				stopConfine()
 				return agent.Result{}, argv, logPath, err
 			}
 		}

@@ -124,7 +124,7 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 		budget := r.jobCap(ctx, job, p)
 		base := r.agentSpec(job, p, attempt, dir, workspace.TaskFilePath(dir, job.ID), r.ws.LogPath(job.ID, attempt), s, budget)
 		spec := base
-		stop, err := r.confine(log, job, p, dir, later, &spec)
+		stop, listen, err := r.confine(log, job, p, dir, later, &spec)
 		if err != nil {
 			later.bind()
 			log.Debug("making the sandbox ahead", zap.Error(err))
@@ -134,6 +134,13 @@ func (r *Runner) prestart(ctx context.Context, log *zap.Logger, job *proto.Job, 
 		bound := []string{dir, filepath.Join(dir, ".git"), home}
 		ids := []fileID{seen.dir, seen.dotGit, identify([]string{home})[0]}
 		st, err := r.agents.Prestart(spec)
+		if err == nil {
+			// The egress proxy's socket once the sandbox is ordered: the
+			// agent reaches it only after its gate.
+			if err = listen(); err != nil {
+				st.Abort()
+			}
+		}
 		if err != nil {
 			stop()
 			later.bind()

@@ -156,23 +156,14 @@ type Proxy struct {
 // Listen serves the proxy on a unix socket at socketPath (a stale socket
 // left there is replaced; the socket is removed on Close) until Close.
 func Listen(socketPath string, o Options) (*Proxy, error) {
-	if fi, err := os.Lstat(socketPath); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("egress: %s exists and is not a socket", socketPath)
-		}
-		if err := os.Remove(socketPath); err != nil {
-			return nil, fmt.Errorf("egress: removing stale socket: %w", err)
-		}
-	}
-	ln, err := net.Listen("unix", socketPath)
+	p, err := New(o)
 	if err != nil {
-		return nil, fmt.Errorf("egress: %w", err)
+		return nil, err
 	}
-	if err := os.Chmod(socketPath, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("egress: %w", err)
+	if err := p.Listen(socketPath); err != nil {
+		return nil, err
 	}
-	return Serve(ln, o)
+	return p, nil
 }
 
 // Serve serves the proxy on ln, which it owns from then on, until Close:
@@ -180,9 +171,21 @@ func Listen(socketPath string, o Options) (*Proxy, error) {
 // listener the agent reaches directly). It checks o first and returns an
 // error naming the first bad entry, having closed ln.
 func Serve(ln net.Listener, o Options) (*Proxy, error) {
-	p, err := newProxy(o)
+	p, err := New(o)
 	if err != nil {
 		ln.Close()
+		return nil, err
+	}
+	p.serve(ln)
+	return p, nil
+}
+
+// New checks o, as Listen does, and makes a proxy that serves nothing
+// until its Listen: what the agent is to be told of it (AgentEnv) is
+// known before the socket is there, so a sandbox can be started first.
+func New(o Options) (*Proxy, error) {
+	p, err := newProxy(o)
+	if err != nil {
 		return nil, err
 	}
 	p.srv = &http.Server{
@@ -199,6 +202,43 @@ func Serve(ln net.Listener, o Options) (*Proxy, error) {
 			}
 		},
 	}
+	return p, nil
+}
+
+// Listen serves p on a unix socket at socketPath, as the package's
+// Listen does. A proxy serves once, and not after Close.
+func (p *Proxy) Listen(socketPath string) error {
+	if fi, err := os.Lstat(socketPath); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return fmt.Errorf("egress: %s exists and is not a socket", socketPath)
+		}
+		if err := os.Remove(socketPath); err != nil {
+			return fmt.Errorf("egress: removing stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	if err := os.Chmod(socketPath, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("egress: %w", err)
+	}
+	if !p.serve(ln) {
+		ln.Close()
+		return errors.New("egress: the proxy is closed, or serves already")
+	}
+	return nil
+}
+
+// serve serves p on ln until Close; false, serving nothing, when p is
+// closed or serves already.
+func (p *Proxy) serve(ln net.Listener) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.served != nil {
+		return false
+	}
 	p.served = make(chan struct{})
 	go func() {
 		defer close(p.served)
@@ -206,7 +246,7 @@ func Serve(ln net.Listener, o Options) (*Proxy, error) {
 			p.log.Error("egress proxy stopped serving", zap.Error(err))
 		}
 	}()
-	return p, nil
+	return true
 }
 
 // newProxy checks o, fills in its defaults and builds the proxy's parts.
@@ -349,9 +389,12 @@ func (p *Proxy) Close() error {
 	for c := range p.hijacked {
 		c.Close()
 	}
+	served := p.served
 	p.mu.Unlock()
 	err := p.srv.Close()
-	<-p.served
+	if served != nil {
+		<-served
+	}
 	p.handlers.Wait()
 	p.conns.Wait()
 	p.direct.CloseIdleConnections()

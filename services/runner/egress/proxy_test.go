@@ -434,3 +434,51 @@ func TestListenServesOnAUnixSocket(t *testing.T) {
 		return nil
 	})
 }
+
+// A proxy made with New says what the agent is to be told before it
+// serves (the runner starts the sandbox in between), serves once Listen
+// is called, and a closed one, or one serving already, does not serve
+// again; Close of one that never served returns.
+func TestNewServesOnceListening(t *testing.T) {
+	tg := newTarget(t, false)
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	idle, err := egress.New(egress.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.Close(); err != nil {
+		t.Fatalf("Close of a proxy that never served: %v", err)
+	}
+	if err := idle.Listen(sock); err == nil {
+		t.Fatal("a closed proxy listened")
+	}
+	if _, err := egress.New(egress.Options{Allow: []string{"bad host:port:x"}}); err == nil {
+		t.Fatal("New took a bad allowlist")
+	}
+	os.Remove(sock)
+	p, err := egress.New(egress.Options{Allow: []string{tg.hostport()}, APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if env := strings.Join(p.AgentEnv("http://127.0.0.1:3128"), " "); !strings.Contains(env, "HTTPS_PROXY=http://127.0.0.1:3128") {
+		t.Errorf("AgentEnv before Listen: %s", env)
+	}
+	if _, err := os.Stat(sock); err == nil {
+		t.Fatal("a socket before Listen")
+	}
+	if err := p.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(sock + "2"); err == nil {
+		t.Error("a proxy listened twice")
+	}
+	tr := &http.Transport{
+		Proxy:       http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy"}),
+		DialContext: func(_ context.Context, _, _ string) (net.Conn, error) { return net.Dial("unix", sock) },
+	}
+	defer tr.CloseIdleConnections()
+	if code, body, err := get(t, &http.Client{Transport: tr}, tg.URL+"/"); err != nil || code != 200 {
+		t.Fatalf("GET over the socket: %d %q %v", code, body, err)
+	}
+}

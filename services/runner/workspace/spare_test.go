@@ -170,12 +170,7 @@ func TestSpareSparseAndCleaned(t *testing.T) {
 // adds its worktree.
 func TestNoSpare(t *testing.T) {
 	ctx := context.Background()
-	o, _ := newOrigin(t)
-	ws, repo := o.setup()
-	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
-	if _, err := ws.MakeSpare(ctx, repo); err != nil {
-		t.Fatal(err)
-	}
+	_, ws, repo := withSpare(t)
 	spareDir := filepath.Join(ws.Root, "spares", "widgets")
 	if _, err := os.Stat(spareDir); err != nil {
 		t.Fatalf("no spare made: %v", err)
@@ -205,12 +200,7 @@ func TestNoSpare(t *testing.T) {
 // next try takes it and tracks the branch once.
 func TestSpareTakeUndone(t *testing.T) {
 	ctx := context.Background()
-	o, _ := newOrigin(t)
-	ws, repo := o.setup()
-	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
-	if _, err := ws.MakeSpare(ctx, repo); err != nil {
-		t.Fatal(err)
-	}
+	o, ws, repo := withSpare(t)
 	main := o.head("main")
 	gitOut(t, o.author, "push", "-q", "origin", main+":refs/heads/agent/wid-5")
 	clone, _ := ws.RepoDir("widgets")
@@ -248,4 +238,17 @@ func TestSpareTakeUndone(t *testing.T) {
 	if cfg, _ := os.ReadFile(filepath.Join(clone, "config")); strings.Count(string(cfg), section) != 1 {
 		t.Errorf("the clone's config has the branch's section %d times, want once:\n%s", strings.Count(string(cfg), section), cfg)
 	}
+}
+
+// withSpare is an origin and a workspace whose project has had a task
+// (wid-1) and has its spare worktree ready.
+func withSpare(t *testing.T) (*origin, *workspace.Workspace, workspace.Repo) {
+	t.Helper()
+	o, _ := newOrigin(t)
+	ws, repo := o.setup()
+	prepare(t, ws, repo, workspace.Want{Task: "wid-1", Since: time.Now()})
+	if _, err := ws.MakeSpare(context.Background(), repo); err != nil {
+		t.Fatal(err)
+	}
+	return o, ws, repo
 }

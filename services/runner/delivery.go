@@ -179,7 +179,12 @@ func (r *Runner) handle(ctx context.Context, msg jetstream.Msg) (spareFor *regis
 	// Another runner can have been given the job and run it meanwhile
 	// only if this one held it for AckWait; before that, a job that
 	// waited for its task's lock waited for another job of the task.
-	rec.stale = !took || time.Since(readAt) > r.cfg.AckWait/2
+	// Held counts from the delivery, by the server's clock, as well as
+	// from the record's read: a runner starved of CPU between the two
+	// (a loaded host) read a record another runner's run may since have
+	// ended.
+	held := max(time.Since(readAt), time.Since(meta.Timestamp))
+	rec.stale = !took || held > r.cfg.AckWait/2
 	began := time.Now()
 	out := r.run(jobCtx, log, job, p, projs.tmpls, attempt, rec, pre)
 	out.began = began

@@ -189,7 +189,7 @@ func (c confinement) record(st *proto.Status) {
 // when set, holds back the worktree's binding until the spare the
 // sandbox is made on is the task's (prestart.go).
 func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, dir string, later *laterBind, spec *agent.Spec) (stop func(), listen func() error, err error) {
-	listen = func() error { return nil }
+	listen = listening
 	c := r.conf
 	if c.bwrap == "" {
 		// The rlimits step: orch-sandbox-init, or the runner's own
@@ -268,7 +268,7 @@ func (r *Runner) confine(log *zap.Logger, job *proto.Job, p *registry.Project, d
 				stop()
 				return nil, nil, err
 			}
-			listen = func() error { return nil }
+			listen = listening
 		}
 		agentEnv := proxy.AgentEnv(base)
 		if c.network == sandbox.NetOpen {
@@ -325,7 +325,7 @@ func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Projec
 		if err != nil {
 			return nil, "", "", nil, err
 		}
-		return proxy, "http://" + ln.Addr().String(), "", func() error { return nil }, nil
+		return proxy, "http://" + ln.Addr().String(), "", listening, nil
 	}
 	if proxy, err = egress.New(o); err != nil {
 		return nil, "", "", nil, err
@@ -344,6 +344,10 @@ func (r *Runner) startEgress(log *zap.Logger, job *proto.Job, p *registry.Projec
 	}
 	return proxy, "http://127.0.0.1:" + strconv.Itoa(sandbox.ForwardPort), sock, listen, nil
 }
+
+// listening is the listen of a job with no egress proxy, or whose proxy
+// serves already.
+func listening() error { return nil }
 
 // refreshEtc keeps the sandboxes' copy of the host's /etc current
 // (sandbox.Etc) until ctx ends.

@@ -320,7 +320,7 @@ func (r *Runner) run(ctx context.Context, log *zap.Logger, job *proto.Job, p *re
 			if stopConfine, listen, err = r.confine(log, job, p, dir, nil, &spec); err != nil {
 				return agent.Result{}, argv, logPath, err
 			}
-			if err := listen(); err != nil {
+			if err = listen(); err != nil {
 				stopConfine()
 				return agent.Result{}, argv, logPath, err
 			}

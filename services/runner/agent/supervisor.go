@@ -139,7 +139,7 @@ func supervise() int {
 		if !supervisorState.CompareAndSwap(stateWaiting, stateRunning) {
 			return 0 // a signal came first: the order is not taken
 		}
-		ws, cpu, code, again := runOrder(ctl, incoming{o, files, err}, sigs, watch)
+		ws, cpu, code, again := runOrder(ctl, o, files, err, sigs, watch)
 		switch {
 		case code >= 0:
 			return code
@@ -187,13 +187,6 @@ func relaySignals() <-chan os.Signal {
 		}
 	}()
 	return out
-}
-
-// incoming is an order as read from the control socket.
-type incoming struct {
-	o     order
-	files []int
-	err   error
 }
 
 // goneWatch tells, while an agent runs, when the runner is gone: the
@@ -254,12 +247,12 @@ func (w *goneWatch) stop() {
 	_, _ = unix.Read(w.wakeR, b[:])
 }
 
-// runOrder runs the agent of one order and cleans up after it. It returns
+// runOrder runs the agent of one order, as receive read it (with its
+// descriptors, or the error reading it), and cleans up after it. It returns
 // how the agent ended and the CPU time of what ran, and whether the
 // supervisor may take another order (no signal reached it); or an exit
 // code >= 0 when the supervisor is to exit at once.
-func runOrder(ctl *os.File, in incoming, sigs <-chan os.Signal, watch *goneWatch) (ws syscall.WaitStatus, cpu time.Duration, code int, again bool) {
-	o, files, err := in.o, in.files, in.err
+func runOrder(ctl *os.File, o order, files []int, err error, sigs <-chan os.Signal, watch *goneWatch) (ws syscall.WaitStatus, cpu time.Duration, code int, again bool) {
 	if len(files) >= 2 {
 		// The agent's standard streams are the supervisor's while it
 		// runs, so that its own words reach the job's log too.

@@ -128,6 +128,8 @@ type Queue struct {
 	conn    atomic.Pointer[conn]
 	// superseding tracks the supersedes that follow publishes.
 	superseding inflight
+	// published keeps the jobs published last (recent.go).
+	published recent
 }
 
 type conn struct {
@@ -226,6 +228,11 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 	}
 	q.metrics.ObservePublish(start)
 	q.tasks.Queued(job, ack.Sequence)
+	if !ack.Duplicate {
+		// JOBS holds this job as encoded here (a duplicate's is the
+		// first publish's).
+		q.published.add(job, len(data))
+	}
 	if !ack.Duplicate && q.supersedes(job) {
 		q.superseding.write(job.ID, func() { q.supersede(c, job) })
 	}
@@ -257,9 +264,13 @@ func (q *Queue) synced(ctx context.Context, c *conn) {
 // which a transition may create.
 //
 // The index says which to read first. A record created after it was read
-// is found by the transition's compare-and-set, which then reads it.
+// is found by the transition's compare-and-set, which then reads it. A
+// waiting job this gateway published lately is not read at all (recent).
 func (q *Queue) current(ctx context.Context, c *conn, id string) (*proto.Status, uint64, error) {
 	if seq, ok := q.tasks.Waiting(id); ok {
+		if job, ok := q.published.get(id); ok {
+			return &proto.Status{Job: *job}, 0, nil
+		}
 		job, ok, err := index.JobAt(ctx, c.nc, seq)
 		if err != nil {
 			return nil, 0, err

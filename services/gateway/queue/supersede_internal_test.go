@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -91,5 +92,32 @@ func TestSupersedeActsOnTheRecordTheIndexMissed(t *testing.T) {
 		if want == proto.StateCancelled && rec.SupersededBy != newer.ID {
 			t.Errorf("job %s superseded by %q, want %s", id, rec.SupersededBy, newer.ID)
 		}
+	}
+}
+
+// The jobs kept for the gateway's own supersedes are bounded by their
+// encodings' bytes: the oldest go first, and a job bigger than the bound
+// is not kept at all (it is read from JOBS when needed).
+func TestRecentBounded(t *testing.T) {
+	var r recent
+	size := recentBytes / 4
+	for i := range 6 {
+		r.add(&proto.Job{ID: strconv.Itoa(i)}, size)
+	}
+	for i := range 6 {
+		_, kept := r.get(strconv.Itoa(i))
+		if want := i >= 2; kept != want {
+			t.Errorf("job %d of 6, each a quarter of the bound: kept %v, want %v", i, kept, want)
+		}
+	}
+	r.add(&proto.Job{ID: "huge"}, recentBytes+1)
+	if _, kept := r.get("huge"); kept {
+		t.Error("a job bigger than the bound was kept")
+	}
+	if _, kept := r.get("5"); !kept {
+		t.Error("a job bigger than the bound pushed out the newest")
+	}
+	if r.bytes > recentBytes || len(r.jobs) != len(r.order) {
+		t.Errorf("%d bytes in %d jobs, %d ids in order: past the bound of %d or out of step", r.bytes, len(r.jobs), len(r.order), recentBytes)
 	}
 }

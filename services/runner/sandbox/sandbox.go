@@ -80,6 +80,12 @@ func (n Network) Valid() bool { return n == NetAllowlist || n == NetOpen || n ==
 // cannot confine either.
 const probeTimeout = 20 * time.Second
 
+// probeWaitDelay bounds how long a probe waits for its output once bwrap
+// has ended (or been killed at probeTimeout): a process bwrap left
+// behind can hold the output's pipe open, and a start-up must not wait
+// for it (exec.Cmd.WaitDelay).
+const probeWaitDelay = 2 * time.Second
+
 // Choose decides at start how agents run under mode: the path of bwrap
 // when they are confined, "" when not. init is the program FindInit
 // chose, which the probe runs inside a sandbox as a job would. For auto, a host
@@ -114,6 +120,7 @@ func Probe(ctx context.Context, init string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, probeArgs(NetAllowlist, init)...)
+	cmd.WaitDelay = probeWaitDelay
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
@@ -144,7 +151,9 @@ func ProbeNested(ctx context.Context, bwrap, init string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	args := append(NetnsCommand(bwrap)[1:], bwrap)
-	out, err := exec.CommandContext(ctx, bwrap, append(args, probeArgs(NetOpen, init)...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, bwrap, append(args, probeArgs(NetOpen, init)...)...)
+	cmd.WaitDelay = probeWaitDelay
+	out, err := cmd.CombinedOutput()
 	if answer := strings.TrimSpace(string(out)); err != nil || answer != probeAnswer {
 		if answer == "" && err != nil {
 			answer = err.Error()

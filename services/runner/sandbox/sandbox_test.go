@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orch-dev/orch/kit/testkit"
 )
@@ -288,5 +289,34 @@ func TestForwardedSharesItsStartersNetwork(t *testing.T) {
 	}
 	if err := ProbeNested(context.Background(), bwrap, "/bin/true"); err == nil || !strings.Contains(err.Error(), "network namespace of bwrap's") {
 		t.Errorf("ProbeNested with an init that does not answer: %v", err)
+	}
+}
+
+// A probe whose bwrap leaves a process behind that holds the output's
+// pipe (as a nested bwrap that hangs does once its starter is killed)
+// ends all the same, as a failure, rather than hold the runner's
+// start-up until that process is gone.
+func TestProbeEndsWhenBwrapLeavesAProcess(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "left.pid")
+	fake := filepath.Join(dir, "bwrap")
+	script := "#!/bin/sh\nsleep 600 &\necho $! > " + pidFile + "\nexit 1\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if data, err := os.ReadFile(pidFile); err == nil {
+			_ = exec.Command("kill", strings.TrimSpace(string(data))).Run()
+		}
+	})
+	done := make(chan error, 1)
+	go func() { done <- ProbeNested(context.Background(), fake, fake) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a bwrap that failed passed the probe")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the probe still waits a minute after its bwrap ended, for the process it left")
 	}
 }

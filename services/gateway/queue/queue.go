@@ -232,9 +232,9 @@ func (q *Queue) Enqueue(ctx context.Context, job *proto.Job) (Result, error) {
 		// JOBS holds this job as encoded here (a duplicate's is the
 		// first publish's).
 		q.published.add(job, len(data))
-	}
-	if !ack.Duplicate && q.supersedes(job) {
-		q.superseding.write(job.ID, func() { q.supersede(c, job) })
+		if q.supersedes(job) {
+			q.superseding.write(job.ID, func() { q.supersede(c, job) })
+		}
 	}
 	return Result{Duplicate: ack.Duplicate}, nil
 }

@@ -117,11 +117,7 @@ func Probe(ctx context.Context, init string) (string, error) {
 	if _, err := os.Stat(init); err != nil {
 		return "", fmt.Errorf("the init program, which runs in every sandbox: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, probeArgs(NetAllowlist, init)...)
-	cmd.WaitDelay = probeWaitDelay
-	out, err := cmd.CombinedOutput()
+	out, err := probeRun(ctx, path, probeArgs(NetAllowlist, init)...)
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
 		if msg == "" {
@@ -133,6 +129,17 @@ func Probe(ctx context.Context, init string) (string, error) {
 		return "", fmt.Errorf("bwrap ran, but the init program inside answered %q", strings.TrimSpace(string(out)))
 	}
 	return path, nil
+}
+
+// probeRun runs a trial, bwrap with args, within probeTimeout, and
+// returns its output and error: at most probeWaitDelay later once bwrap
+// has ended, whatever it left holding the output.
+func probeRun(ctx context.Context, bwrap string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bwrap, args...)
+	cmd.WaitDelay = probeWaitDelay
+	return cmd.CombinedOutput()
 }
 
 // probeArgs are bwrap's arguments for a trial sandbox under network n
@@ -148,12 +155,8 @@ func probeArgs(n Network, init string) []string {
 // refuse (a low user.max_user_namespaces, a security module) where one
 // level works. The error says why, with bwrap's own words.
 func ProbeNested(ctx context.Context, bwrap, init string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
 	args := append(NetnsCommand(bwrap)[1:], bwrap)
-	cmd := exec.CommandContext(ctx, bwrap, append(args, probeArgs(NetOpen, init)...)...)
-	cmd.WaitDelay = probeWaitDelay
-	out, err := cmd.CombinedOutput()
+	out, err := probeRun(ctx, bwrap, append(args, probeArgs(NetOpen, init)...)...)
 	if answer := strings.TrimSpace(string(out)); err != nil || answer != probeAnswer {
 		if answer == "" && err != nil {
 			answer = err.Error()

@@ -71,13 +71,31 @@ func Connect(t testing.TB, s *embedded.Server) (*nats.Conn, jetstream.JetStream,
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := proto.Topology{}.Ensure(ctx, js)
-	if err != nil {
-		t.Fatal(err)
+	return nc, js, ensure(t, js)
+}
+
+// ensure ensures orch's topology as the services do, each attempt with a
+// deadline of its own: a test's services ensure it at the same moment,
+// and nats-server can leave one of two concurrent creates of a stream
+// without an answer (seen in CI, where a single 10 s request timed out
+// while the gateway's finished in 60 ms; the services retry the same way,
+// see service.Retry).
+func ensure(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		kv, err := proto.Topology{}.Ensure(ctx, js)
+		cancel()
+		if err == nil {
+			return kv
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		t.Logf("ensuring the topology, will retry: %v", err)
+		time.Sleep(100 * time.Millisecond)
 	}
-	return nc, js, kv
 }
 
 // JetStream starts a server for the test (Server), connects to it

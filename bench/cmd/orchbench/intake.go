@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"encoding/json"
@@ -129,15 +128,7 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follo
 		if err != nil {
 			return nil, 0, err
 		}
-		record := bytes.Repeat([]byte("x"), 512) // about a status record's size
-		answered = func(number int, id string) {
-			writes.Go(func() {
-				key := strconv.Itoa(number) + "-" + strings.ReplaceAll(id, "-", "")
-				if _, err := records.Create(ctx, key, record); err != nil {
-					writeErr.CompareAndSwap(nil, &err)
-				}
-			})
-		}
+		answered = recordAfter(ctx, records, &writes, &writeErr)
 	}
 	base, stop, err := serveMinimal(js, subject+".widgets.review", answered)
 	if err != nil {

@@ -26,6 +26,13 @@ import (
 )
 
 func main() {
+	if os.Getenv(minimalEnv) != "" {
+		if err := minimalMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "orchbench, minimal gateway:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	flag.IntVar(&o.intakeN, "intake-n", 2000, "webhooks sent in the intake phase (and raw publishes of the same bytes)")
 	flag.IntVar(&o.intakeC, "intake-c", 16, "concurrent senders in the intake phase, both sides")

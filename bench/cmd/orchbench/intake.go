@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,54 +94,25 @@ func (b *bench) timedSends(ds []gitea.Delivery, ns []int, send func(d gitea.Deli
 // a webhook gateway can be, served in this process: net/http reads the
 // body, checks its HMAC signature, decodes the JSON, publishes it
 // synchronously through js with the delivery as its dedupe id and
-// answers 202. No trigger, no status record, no log. It is the floor
-// under orch's intake on this machine: what verifying and answering a
-// webhook over HTTP costs beside one publish, paid on the same cores as
-// the senders.
-//
-// With follow, each webhook is followed, after its answer, by the write
-// that follows orch's when its job supersedes a waiting one (a record
-// created in a KV bucket, as queue.Queue.supersede creates the older
-// job's; the older job's dedupe key comes minutes later, see
-// queue.Dedupe.Keep): every intake webhook is a review of one of 64 pull
-// requests, so each one supersedes the previous review of its pull
-// request. That is the floor of an intake that records a superseded job
-// at once, as orch's does.
-func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream, follow bool) (stats.Sample, float64, error) {
-	name := "BENCH_MINIMAL"
-	if follow {
-		name = "BENCH_MINIMAL_FOLLOW"
-	}
+// answers 202. No trigger, no status record, no log: what verifying and
+// answering a webhook over HTTP costs beside one publish, paid on the
+// same cores as the senders, without the wake-ups of a gateway that is a
+// process of its own (minimalProcIntake).
+func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream) (stats.Sample, float64, error) {
+	const name = "BENCH_MINIMAL"
 	subject := "bench." + strings.ToLower(name)
 	if _, err := rawStream(ctx, js, name, subject+".>"); err != nil {
 		return nil, 0, err
 	}
-	var (
-		writes   sync.WaitGroup
-		writeErr atomic.Pointer[error]
-		answered func(number int, id string)
-	)
-	if follow {
-		records, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_RECORDS"})
-		if err != nil {
-			return nil, 0, err
-		}
-		answered = recordAfter(ctx, records, &writes, &writeErr)
-	}
-	base, stop, err := serveMinimal(js, subject+".widgets.review", answered)
+	base, stop, err := serveMinimal(js, subject+".widgets.review", nil)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer stop()
-	lat, rate, err := b.timedIntake(func(d gitea.Delivery, n int) error {
+	return b.timedIntake(func(d gitea.Delivery, n int) error {
 		_, err := b.sendTo(ctx, base, d, n)
 		return err
 	})
-	writes.Wait()
-	if p := writeErr.Load(); p != nil && err == nil {
-		err = fmt.Errorf("the writes that follow the answer: %w", *p)
-	}
-	return lat, rate, err
 }
 
 // serveMinimal serves the least any webhook gateway does, on a port of

@@ -38,7 +38,7 @@ import (
 // Environment of a minimal gateway's process: minimalEnv holds the NATS
 // URL, minimalSubjectEnv the subject it publishes to, and
 // minimalRecordsEnv, when set, the KV bucket where it creates a record
-// after each answer (minimalIntake's follow).
+// after each answer (minimalProcIntake's follow).
 const (
 	minimalEnv        = "ORCHBENCH_MINIMAL_NATS"
 	minimalSubjectEnv = "ORCHBENCH_MINIMAL_SUBJECT"
@@ -85,9 +85,9 @@ func minimalMain() error {
 	return nil
 }
 
-// recordAfter returns minimalIntake's answered with follow: a record
-// created in records, in a goroutine of writes, after each answer; the
-// first failure is kept in writeErr.
+// recordAfter returns serveMinimal's answered for minimalProcIntake's
+// follow: a record created in records, in a goroutine of writes, after
+// each answer; the first failure is kept in writeErr.
 func recordAfter(ctx context.Context, records jetstream.KeyValue, writes *sync.WaitGroup, writeErr *atomic.Pointer[error]) func(number int, id string) {
 	record := bytes.Repeat([]byte("x"), 512) // about a status record's size
 	return func(number int, id string) {
@@ -102,6 +102,15 @@ func recordAfter(ctx context.Context, records jetstream.KeyValue, writes *sync.W
 
 // minimalProcIntake is minimalIntake with the minimal gateway in a
 // process of its own.
+//
+// With follow, each webhook is followed, after its answer, by the write
+// that follows orch's when its job supersedes a waiting one (a record
+// created in a KV bucket, as queue.Queue.supersede creates the older
+// job's; the older job's dedupe key comes minutes later, see
+// queue.Dedupe.Keep): every intake webhook is a review of one of 64 pull
+// requests, so each one supersedes the previous review of its pull
+// request. That is the floor of an intake that records a superseded job
+// at once, as orch's does.
 func (b *bench) minimalProcIntake(ctx context.Context, js jetstream.JetStream, follow bool) (stats.Sample, float64, error) {
 	name := "BENCH_MINIMAL_PROC"
 	if follow {

@@ -408,7 +408,7 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 	if err != nil {
 		return err
 	}
-	minLat, minRate, err := b.minimalIntake(ctx, js, false)
+	minLat, minRate, err := b.minimalIntake(ctx, js)
 	if err != nil {
 		return err
 	}

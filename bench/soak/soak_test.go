@@ -25,6 +25,7 @@ import (
 	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/proc"
 	"github.com/orch-dev/orch/bench/internal/project"
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
@@ -280,18 +281,17 @@ func (s *system) connect(ctx context.Context, topo proto.Topology, opts ...nats.
 	}
 	s.t.Cleanup(nc.Close)
 	s.js, _ = jetstream.New(nc)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = backoff.Retry(rctx, 250*time.Millisecond, 250*time.Millisecond, func() error {
+		cctx, cancel := context.WithTimeout(rctx, 5*time.Second)
+		defer cancel()
+		var err error
 		s.kv, err = topo.Ensure(cctx, s.js)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatal(err)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		s.t.Fatal(err)
 	}
 }
 

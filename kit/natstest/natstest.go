@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/embedded"
 	"github.com/orch-dev/orch/kit/natsauth"
 	"github.com/orch-dev/orch/proto"
@@ -82,20 +83,22 @@ func Connect(t testing.TB, s *embedded.Server) (*nats.Conn, jetstream.JetStream,
 // see service.Retry).
 func ensure(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		kv, err := proto.Topology{}.Ensure(ctx, js)
-		cancel()
-		if err == nil {
-			return kv
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var kv jetstream.KeyValue
+	err := backoff.Retry(ctx, 100*time.Millisecond, 100*time.Millisecond, func() error {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var err error
+		if kv, err = (proto.Topology{}).Ensure(actx, js); err != nil {
+			t.Logf("ensuring the topology, will retry: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		t.Logf("ensuring the topology, will retry: %v", err)
-		time.Sleep(100 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return kv
 }
 
 // JetStream starts a server for the test (Server), connects to it

@@ -109,10 +109,7 @@ func (b *bench) minimalIntake(ctx context.Context, js jetstream.JetStream) (stat
 		return nil, 0, err
 	}
 	defer stop()
-	return b.timedIntake(func(d gitea.Delivery, n int) error {
-		_, err := b.sendTo(ctx, base, d, n)
-		return err
-	})
+	return b.intake(ctx, base)
 }
 
 // serveMinimal serves the least any webhook gateway does, on a port of

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/stats"
 )
 
@@ -157,9 +156,6 @@ func (b *bench) minimalProcIntake(ctx context.Context, js jetstream.JetStream, f
 	if err != nil {
 		return nil, 0, ended(fmt.Errorf("the minimal gateway's address: %w", err))
 	}
-	lat, rate, err := b.timedIntake(func(d gitea.Delivery, n int) error {
-		_, err := b.sendTo(ctx, strings.TrimSpace(line), d, n)
-		return err
-	})
+	lat, rate, err := b.intake(ctx, strings.TrimSpace(line))
 	return lat, rate, ended(err)
 }

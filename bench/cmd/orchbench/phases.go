@@ -416,7 +416,7 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 	if err != nil {
 		return err
 	}
-	_, followRate, err := b.minimalProcIntake(ctx, js, true)
+	followLat, followRate, err := b.minimalProcIntake(ctx, js, true)
 	if err != nil {
 		return err
 	}
@@ -440,10 +440,12 @@ func (b *bench) intakeRows(ctx context.Context, t *table, sync string, js jetstr
 		fmt.Sprintf("minimal %.0f/s", procRate), rate/procRate, true, 0)
 	t.ratio("  minimal gateway + a superseded job's record after the answer, own process, "+sync, fmt.Sprintf("%.0f/s", followRate),
 		fmt.Sprintf("sync publish %.0f/s", rawRate), followRate/rawRate, true, 0)
+	t.ratio("  minimal gateway + those writes p99, own process, "+sync, stats.Ms(followLat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(followLat.P99(), rawLat.P99()), false, 0)
 	t.ratio("  orch vs the minimal gateway with those writes, "+sync, fmt.Sprintf("%.0f/s", rate),
 		fmt.Sprintf("minimal+writes %.0f/s", followRate), rate/followRate, true, 0)
 	t.ratio("intake p50, "+sync, stats.Ms(lat.P50()), "sync publish "+stats.Ms(rawLat.P50()), ratio(lat.P50(), rawLat.P50()), false, 0)
 	t.ratio("intake p99, "+sync, stats.Ms(lat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(lat.P99(), rawLat.P99()), false, 2)
+	t.ratio("  orch p99 vs the minimal gateway's with those writes, "+sync, stats.Ms(lat.P99()), "minimal+writes "+stats.Ms(followLat.P99()), ratio(lat.P99(), followLat.P99()), false, 0)
 	t.ratio("  orch, new pull requests (nothing superseded), "+sync, fmt.Sprintf("%.0f/s", newRate),
 		fmt.Sprintf("sync publish %.0f/s", rawRate), newRate/rawRate, true, 0)
 	t.ratio("  orch p99, new pull requests, "+sync, stats.Ms(newLat.P99()), "sync publish "+stats.Ms(rawLat.P99()), ratio(newLat.P99(), rawLat.P99()), false, 0)

@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -305,8 +307,12 @@ func TestProbeEndsWhenBwrapLeavesAProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if data, err := os.ReadFile(pidFile); err == nil {
-			_ = exec.Command("kill", strings.TrimSpace(string(data))).Run()
+		data, err := os.ReadFile(pidFile)
+		if err != nil {
+			return
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
 	done := make(chan error, 1)

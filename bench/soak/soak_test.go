@@ -25,8 +25,8 @@ import (
 	"github.com/orch-dev/orch/bench/internal/gitea"
 	"github.com/orch-dev/orch/bench/internal/proc"
 	"github.com/orch-dev/orch/bench/internal/project"
-	"github.com/orch-dev/orch/kit/backoff"
 	"github.com/orch-dev/orch/kit/embedded"
+	"github.com/orch-dev/orch/kit/natstest"
 	"github.com/orch-dev/orch/kit/testkit"
 	"github.com/orch-dev/orch/proto"
 )
@@ -271,8 +271,8 @@ func addProjects(path string) error {
 
 // connect connects the soak's own client to s.natsURL (with opts: a
 // login), ensures topo (the gateway would: the services find it there)
-// and keeps the JetStream handle and the status bucket. Its calls are
-// retried: a cluster may still be electing leaders.
+// and keeps the JetStream handle and the status bucket. The ensure is
+// retried (natstest.Ensure): a cluster may still be electing leaders.
 func (s *system) connect(ctx context.Context, topo proto.Topology, opts ...nats.Option) {
 	s.t.Helper()
 	nc, err := nats.Connect(s.natsURL, append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, opts...)...)
@@ -281,18 +281,7 @@ func (s *system) connect(ctx context.Context, topo proto.Topology, opts ...nats.
 	}
 	s.t.Cleanup(nc.Close)
 	s.js, _ = jetstream.New(nc)
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	err = backoff.Retry(rctx, 250*time.Millisecond, 250*time.Millisecond, func() error {
-		cctx, cancel := context.WithTimeout(rctx, 5*time.Second)
-		defer cancel()
-		var err error
-		s.kv, err = topo.Ensure(cctx, s.js)
-		return err
-	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	s.kv = natstest.Ensure(ctx, s.t, s.js, topo)
 }
 
 // startServices starts the gateway, the notifier and both runners, and

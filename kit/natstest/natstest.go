@@ -72,25 +72,26 @@ func Connect(t testing.TB, s *embedded.Server) (*nats.Conn, jetstream.JetStream,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, js, ensure(t, js)
+	return nc, js, Ensure(context.Background(), t, js, proto.Topology{})
 }
 
-// ensure ensures orch's topology as the services do, each attempt with a
-// deadline of its own: a test's services ensure it at the same moment,
-// and nats-server can leave one of two concurrent creates of a stream
+// Ensure ensures topo as the services do, each attempt with a deadline
+// of its own, for up to a minute within ctx, and returns the status
+// bucket: a test's services ensure it at the same moment, and
+// nats-server can leave one of two concurrent creates of a stream
 // without an answer (seen in CI, where a single 10 s request timed out
 // while the gateway's finished in 60 ms; the services retry the same way,
-// see service.Retry).
-func ensure(t testing.TB, js jetstream.JetStream) jetstream.KeyValue {
+// see service.Retry); a cluster may still be electing leaders.
+func Ensure(ctx context.Context, t testing.TB, js jetstream.JetStream, topo proto.Topology) jetstream.KeyValue {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	var kv jetstream.KeyValue
 	err := backoff.Retry(ctx, 100*time.Millisecond, 100*time.Millisecond, func() error {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		var err error
-		if kv, err = (proto.Topology{}).Ensure(actx, js); err != nil {
+		if kv, err = topo.Ensure(actx, js); err != nil {
 			t.Logf("ensuring the topology, will retry: %v", err)
 		}
 		return err
